@@ -1,0 +1,82 @@
+/* hvd.h — hvd's public C API: collectives over the backend chosen at run time.
+ *
+ *   hvd_comm* comm;
+ *   if (hvd_init(NULL, &comm) != HVD_SUCCESS) { fprintf(stderr, "%s\n", hvd_last_error()); ... }
+ *   hvd_allreduce(comm, grad, grad, n, HVD_FLOAT32, HVD_AVERAGE, NULL);
+ *   hvd_finalize(comm);
+ *
+ * Every function returns a status; on error, hvd_last_error() holds the message for the calling
+ * thread until its next hvd call. Collectives are blocking for host memory and must be called by
+ * every rank in the same order (as with MPI and NCCL). A communicator may be used by one thread
+ * at a time. Configuration comes from the environment: HVD_BACKEND, HVD_PLUGIN_PATH,
+ * HVD_TIMEOUT, HVD_RENDEZVOUS_ADDR, HVD_SECRET, HVD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (set by
+ * hvdrun) — see README.md. */
+#ifndef HVD_HVD_H
+#define HVD_HVD_H
+
+#include "hvd/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define HVD_API __attribute__((visibility("default")))
+#else
+#define HVD_API
+#endif
+
+#define HVD_VERSION_MAJOR 0
+#define HVD_VERSION_MINOR 1
+#define HVD_VERSION_PATCH 0
+
+typedef struct hvd_comm hvd_comm;
+
+/* Overrides of the environment; zeroed fields mean "use the environment". */
+typedef struct hvd_init_options {
+  size_t struct_size;     /* sizeof(hvd_init_options) */
+  const char* backend;    /* a name or a plugin path, as HVD_BACKEND */
+  double timeout_seconds; /* as HVD_TIMEOUT */
+} hvd_init_options;
+
+/* Where the buffers of a collective live. NULL means host memory. */
+typedef struct hvd_placement {
+  size_t struct_size; /* sizeof(hvd_placement) */
+  hvd_memory_type memory_type;
+  int32_t device; /* CUDA device ordinal, or -1 for host memory */
+  void* stream;   /* cudaStream_t the call is ordered on (CUDA memory only) */
+} hvd_placement;
+
+/* Load the backend, join the job's other ranks, and create a communicator over all of them.
+ * Collective. Fails with the same message on every rank when the ranks disagree on the backend. */
+HVD_API hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm);
+/* Release the communicator. Collective. NULL is accepted and ignored. */
+HVD_API hvd_status hvd_finalize(hvd_comm* comm);
+
+HVD_API int hvd_rank(const hvd_comm* comm);                 /* -1 for NULL */
+HVD_API int hvd_size(const hvd_comm* comm);                 /* -1 for NULL */
+HVD_API int hvd_local_rank(const hvd_comm* comm);           /* -1 for NULL */
+HVD_API int hvd_local_size(const hvd_comm* comm);           /* -1 for NULL */
+HVD_API const char* hvd_backend_name(const hvd_comm* comm); /* "" for NULL */
+
+/* recvbuf[i] = op over ranks of sendbuf[i], i < count. In place when sendbuf == recvbuf. */
+HVD_API hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                                 hvd_dtype dtype, hvd_reduce_op op, const hvd_placement* placement);
+/* recvbuf[r * count + i] = rank r's sendbuf[i]. In place when sendbuf == recvbuf + rank * count. */
+HVD_API hvd_status hvd_allgather(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                                 hvd_dtype dtype, const hvd_placement* placement);
+/* recvbuf[i] = root's sendbuf[i] on every rank. In place when sendbuf == recvbuf. */
+HVD_API hvd_status hvd_broadcast(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                                 hvd_dtype dtype, int root, const hvd_placement* placement);
+HVD_API hvd_status hvd_barrier(hvd_comm* comm);
+
+/* The message of the calling thread's last failed hvd call ("" if none). Never NULL. */
+HVD_API const char* hvd_last_error(void);
+/* "0.1.0" */
+HVD_API const char* hvd_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HVD_HVD_H */

@@ -1,0 +1,373 @@
+#include "communicator.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "log.hpp"
+
+namespace hvd::core {
+namespace {
+
+// Messages from the plugin (set_error) and from failed host services, for the calling thread.
+thread_local std::string t_plugin_error;
+thread_local std::string t_service_error;
+
+// Each hvd_init of a process takes the next epoch; every rank inits the same number of times,
+// so keys of one init never collide with keys of an earlier one on the same store.
+std::atomic<int> g_epoch{0};
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+// Publish `value` as `key`/<rank> and collect every rank's, in rank order, within `timeout`.
+Result<std::vector<Bytes>> exchange(KvStore& store, const std::string& key, const Bytes& value,
+                                    const World& world, std::chrono::milliseconds timeout) {
+  HVD_RETURN_IF_ERROR(store.set(key + "/" + std::to_string(world.rank), value));
+  const Deadline deadline = deadline_after(timeout);
+  std::vector<Bytes> all(static_cast<size_t>(world.size));
+  for (int r = 0; r < world.size; ++r) {
+    const auto left =
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    Result<Bytes> got = store.get(key + "/" + std::to_string(r), left);
+    if (!got.ok()) {
+      if (got.status().code() == HVD_ERR_TIMEOUT) {
+        return error(HVD_ERR_TIMEOUT, "rank " + std::to_string(r) + " did not arrive within " +
+                                          std::to_string(timeout.count()) +
+                                          " ms (HVD_TIMEOUT): did it start, "
+                                          "and does it use the same HVD_RENDEZVOUS_ADDR?");
+      }
+      return got.status();
+    }
+    all[static_cast<size_t>(r)] = std::move(got).value();
+  }
+  return all;
+}
+
+}  // namespace
+
+// ---- agreement on the backend -------------------------------------------------------------
+
+std::string describe_backend_choice(const Result<Plugin>& loaded) {
+  if (!loaded.ok()) {
+    return "error\n" + std::to_string(loaded.status().code()) + "\n" + loaded.status().message();
+  }
+  return "ok\n" + loaded->name + " " + loaded->version + " (ABI " +
+         std::to_string(loaded->abi_major) + "." + std::to_string(loaded->abi_minor) + ")";
+}
+
+Status check_backend_agreement(const std::vector<std::string>& choices) {
+  std::vector<int> failed;
+  std::map<std::string, std::vector<int>> groups;  // "gloo 0.1.0 (ABI 1.0)" -> ranks
+  std::vector<std::string> order;                  // group names by first rank
+  for (int r = 0; r < static_cast<int>(choices.size()); ++r) {
+    const std::string& choice = choices[static_cast<size_t>(r)];
+    if (choice.rfind("ok\n", 0) == 0) {
+      const std::string what = choice.substr(3);
+      if (groups[what].empty()) order.push_back(what);
+      groups[what].push_back(r);
+    } else {
+      failed.push_back(r);
+    }
+  }
+  if (!failed.empty()) {
+    // Report the lowest failing rank's own words: identical on every rank.
+    std::istringstream first(choices[static_cast<size_t>(failed.front())]);
+    std::string tag, code, message;
+    std::getline(first, tag);
+    std::getline(first, code);
+    std::getline(first, message, '\0');
+    const int value = std::atoi(code.c_str());
+    const hvd_status status =
+        value > 0 && value <= HVD_ERR_IN_PROGRESS ? static_cast<hvd_status>(value) : HVD_ERR_PLUGIN;
+    return error(status, "no backend on " + join_ranks(failed) + ": " + message);
+  }
+  if (order.size() > 1) {
+    std::string message = "ranks chose different backends: ";
+    for (size_t i = 0; i < order.size(); ++i) {
+      const auto& ranks = groups[order[i]];
+      message +=
+          (i ? "; " : "") + join_ranks(ranks) + (ranks.size() == 1 ? " uses " : " use ") + order[i];
+    }
+    message +=
+        ". Every rank must load the same backend, plugin version and ABI version "
+        "(set the same HVD_BACKEND and HVD_PLUGIN_PATH on every rank).";
+    return error(HVD_ERR_MISMATCH, message);
+  }
+  return Status::success();
+}
+
+// ---- host services ------------------------------------------------------------------------
+
+struct Communicator::Services {
+  KvStore* store = nullptr;
+  std::string prefix;  // every plugin key lives under it
+  World world;
+  std::chrono::milliseconds timeout{0};
+  std::atomic<uint64_t> oob_calls{0};
+  hvd_host_services table{};
+
+  static Services* of(void* ctx) { return static_cast<Services*>(ctx); }
+
+  static hvd_status fail(const Status& status) {
+    t_service_error = status.message();
+    return status.code();
+  }
+
+  static hvd_status kv_set(void* ctx, const char* key, const void* value, size_t size) noexcept {
+    try {
+      const char* bytes = static_cast<const char*>(value);
+      const Status s = of(ctx)->store->set(of(ctx)->prefix + key, Bytes(bytes, bytes + size));
+      return s.ok() ? HVD_SUCCESS : fail(s);
+    } catch (const std::exception& e) {
+      return fail(error(HVD_ERR_SYSTEM, e.what()));
+    }
+  }
+
+  static hvd_status kv_get(void* ctx, const char* key, int64_t timeout_ms, void** value,
+                           size_t* size) noexcept {
+    try {
+      Result<Bytes> got =
+          of(ctx)->store->get(of(ctx)->prefix + key, std::chrono::milliseconds(timeout_ms));
+      if (!got.ok()) return fail(got.status());
+      *size = got->size();
+      *value = std::malloc(std::max<size_t>(1, got->size()));
+      if (*value == nullptr) return fail(error(HVD_ERR_SYSTEM, "out of memory"));
+      if (!got->empty()) std::memcpy(*value, got->data(), got->size());
+      return HVD_SUCCESS;
+    } catch (const std::exception& e) {
+      return fail(error(HVD_ERR_SYSTEM, e.what()));
+    }
+  }
+
+  static void free_value(void* /*ctx*/, void* value) noexcept { std::free(value); }
+
+  static hvd_status oob_allgather(void* ctx, const void* send, size_t size, void* recv,
+                                  int64_t timeout_ms) noexcept {
+    try {
+      Services* self = of(ctx);
+      const std::string key = self->prefix + "oob/" + std::to_string(self->oob_calls++);
+      const char* bytes = static_cast<const char*>(send);
+      Result<std::vector<Bytes>> all = exchange(*self->store, key, Bytes(bytes, bytes + size),
+                                                self->world, std::chrono::milliseconds(timeout_ms));
+      if (!all.ok()) return fail(all.status().with_context("out-of-band allgather"));
+      char* out = static_cast<char*>(recv);
+      for (size_t r = 0; r < all->size(); ++r) {
+        const Bytes& part = (*all)[r];
+        if (part.size() != size) {
+          return fail(error(HVD_ERR_MISMATCH, "out-of-band allgather: rank " + std::to_string(r) +
+                                                  " sent " + std::to_string(part.size()) +
+                                                  " bytes, this rank " + std::to_string(size)));
+        }
+        if (size > 0) std::memcpy(out + r * size, part.data(), size);
+      }
+      return HVD_SUCCESS;
+    } catch (const std::exception& e) {
+      return fail(error(HVD_ERR_SYSTEM, e.what()));
+    }
+  }
+
+  static void log_line(void* /*ctx*/, hvd_log_level level, const char* message) noexcept {
+    try {
+      log(level, message);
+    } catch (...) {
+    }
+  }
+
+  static void set_error(void* /*ctx*/, const char* message) noexcept {
+    try {
+      t_plugin_error = message != nullptr ? message : "";
+    } catch (...) {
+    }
+  }
+};
+
+// ---- Communicator -------------------------------------------------------------------------
+
+Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& options,
+                                                           const EnvLookup& env) {
+  std::unique_ptr<Communicator> comm(new Communicator);
+  HVD_ASSIGN_OR_RETURN(comm->world_, discover_world(env));
+  const World& world = comm->world_;
+  set_log_rank(world.rank);
+  if (options.timeout) {
+    comm->timeout_ = *options.timeout;
+  } else {
+    HVD_ASSIGN_OR_RETURN(comm->timeout_, timeout_from_env(env));
+  }
+
+  // Rendezvous: an in-process store for a lone process, else the job's TCP store.
+  std::string local_address = "127.0.0.1";
+  const auto address = knob(env, "RENDEZVOUS_ADDR");
+  if (!address) {
+    if (world.size > 1) {
+      return error(HVD_ERR_INVALID_ARGUMENT,
+                   "this is rank " + std::to_string(world.rank) + " of " +
+                       std::to_string(world.size) + " (from " + world.source +
+                       ") but HVD_RENDEZVOUS_ADDR is not set: start the job with hvdrun, or set "
+                       "HVD_RENDEZVOUS_ADDR=host:port (rank 0 serves it there) and HVD_SECRET "
+                       "on every rank");
+    }
+    comm->store_ = std::make_unique<InMemoryStore>();
+  } else {
+    HVD_ASSIGN_OR_RETURN(HostPort where, parse_host_port(*address));
+    const auto secret = knob(env, "SECRET");
+    if (!secret) {
+      return error(HVD_ERR_INVALID_ARGUMENT,
+                   "HVD_RENDEZVOUS_ADDR is set but HVD_SECRET is not: every rank needs the "
+                   "job's shared secret (hvdrun sets both)");
+    }
+    if (world.rank == 0 && knob(env, "RENDEZVOUS_SERVER").value_or("rank0") != "external") {
+      Result<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::start(where, *secret);
+      if (!server.ok()) {
+        return server.status().with_context("rank 0 could not serve the rendezvous at " +
+                                            where.to_string());
+      }
+      comm->server_ = std::move(server).value();
+    }
+    HVD_ASSIGN_OR_RETURN(std::unique_ptr<TcpStoreClient> client,
+                         TcpStoreClient::connect(where, *secret, comm->timeout_));
+    local_address = client->local_address();
+    comm->store_ = std::move(client);
+  }
+  const std::string prefix = "hvd/" + std::to_string(g_epoch++) + "/";
+
+  // Load the backend, then make sure every rank loaded the same one before initializing it:
+  // a disagreement is the same clear error everywhere instead of a hang inside the backend.
+  const std::string spec =
+      options.backend ? *options.backend : knob(env, "BACKEND").value_or("gloo");
+  Result<Plugin> loaded = resolve_backend(spec, plugin_search_path(env));
+  const std::string choice = describe_backend_choice(loaded);
+  std::vector<std::string> choices{choice};
+  if (world.size > 1) {
+    HVD_ASSIGN_OR_RETURN(std::vector<Bytes> all,
+                         exchange(*comm->store_, prefix + "backend-choice",
+                                  Bytes(choice.begin(), choice.end()), world, comm->timeout_));
+    choices.clear();
+    for (const Bytes& b : all) choices.emplace_back(b.begin(), b.end());
+  }
+  HVD_RETURN_IF_ERROR(check_backend_agreement(choices));
+  comm->plugin_ = std::move(loaded).value();
+
+  auto services = std::make_unique<Services>();
+  services->store = comm->store_.get();
+  services->prefix = prefix + "backend/";
+  services->world = world;
+  services->timeout = comm->timeout_;
+  services->table.struct_size = sizeof(hvd_host_services);
+  services->table.ctx = services.get();
+  services->table.kv_set = &Services::kv_set;
+  services->table.kv_get = &Services::kv_get;
+  services->table.free_value = &Services::free_value;
+  services->table.oob_allgather = &Services::oob_allgather;
+  services->table.log = &Services::log_line;
+  services->table.set_error = &Services::set_error;
+  comm->services_ = std::move(services);
+
+  hvd_backend_init_args args{};
+  args.struct_size = sizeof args;
+  args.rank = world.rank;
+  args.size = world.size;
+  args.local_rank = world.local_rank;
+  args.local_size = world.local_size;
+  args.timeout_ms = comm->timeout_.count();
+  args.local_address = local_address.c_str();
+  args.host = &comm->services_->table;
+  hvd_backend_comm* backend = nullptr;
+  HVD_RETURN_IF_ERROR(
+      comm->call_backend("init", [&] { return comm->plugin_.table->init(&args, &backend); }));
+  comm->backend_ = backend;
+  log(HVD_LOG_INFO, "rank " + std::to_string(world.rank) + "/" + std::to_string(world.size) + " (" +
+                        world.source + ") on backend " + comm->plugin_.name + " from " +
+                        comm->plugin_.path.string());
+  return comm;
+}
+
+Communicator::~Communicator() {
+  if (backend_ != nullptr) {
+    const Status s = call_backend("finalize", [&] { return plugin_.table->finalize(backend_); });
+    if (!s.ok()) log(HVD_LOG_WARNING, s.message());
+  }
+}
+
+template <typename Fn>
+Status Communicator::call_backend(const char* what, Fn&& fn) {
+  t_plugin_error.clear();
+  t_service_error.clear();
+  const hvd_status code = fn();
+  if (code == HVD_SUCCESS) return Status::success();
+  std::string message = t_plugin_error;
+  if (message.empty()) {
+    message = std::string("it returned '") + hvd_status_name(code) + "' without a message";
+  }
+  if (!t_service_error.empty() && message.find(t_service_error) == std::string::npos) {
+    message += " (" + t_service_error + ")";
+  }
+  const bool known = code > HVD_SUCCESS && code <= HVD_ERR_IN_PROGRESS;
+  return error(known ? code : HVD_ERR_INTERNAL,
+               std::string(what) + " on backend '" + plugin_.name + "' failed: " + message);
+}
+
+Status Communicator::validate(const char* what, const hvd_collective_args& a, bool uses_op,
+                              bool uses_root) const {
+  auto invalid = [&](const std::string& why) {
+    return error(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": " + why);
+  };
+  const size_t element = hvd_dtype_size(a.dtype);
+  if (element == 0) return invalid("dtype " + std::to_string(a.dtype) + " is not an hvd_dtype");
+  if (uses_op && (a.op < 0 || a.op >= HVD_REDUCE_OP_COUNT)) {
+    return invalid("reduce op " + std::to_string(a.op) + " is not an hvd_reduce_op");
+  }
+  if (uses_root && (a.root < 0 || a.root >= world_.size)) {
+    return invalid("root " + std::to_string(a.root) + " is not a rank of this job of " +
+                   std::to_string(world_.size));
+  }
+  if (a.count > (UINT64_MAX / element) / static_cast<uint64_t>(world_.size)) {
+    return invalid("count " + std::to_string(a.count) + " overflows the buffer size");
+  }
+  const bool needs_send = !uses_root || a.root == world_.rank;
+  if (a.count > 0 && (a.recvbuf == nullptr || (needs_send && a.sendbuf == nullptr))) {
+    return invalid("buffer is NULL for " + std::to_string(a.count) + " elements");
+  }
+  const bool cuda = a.memory_type == HVD_MEMORY_CUDA;
+  if (a.memory_type != HVD_MEMORY_HOST && !cuda) {
+    return invalid("memory type " + std::to_string(a.memory_type) + " is not an hvd_memory_type");
+  }
+  const uint64_t needed = cuda ? HVD_CAP_CUDA_MEMORY : HVD_CAP_HOST_MEMORY;
+  if ((plugin_.capabilities & needed) == 0) {
+    return error(HVD_ERR_UNSUPPORTED, std::string(what) + ": backend '" + plugin_.name +
+                                          "' does not take " + (cuda ? "CUDA" : "host") +
+                                          " memory (capabilities: " +
+                                          capabilities_to_string(plugin_.capabilities) + ")");
+  }
+  return Status::success();
+}
+
+Status Communicator::allreduce(hvd_collective_args args) {
+  args.struct_size = sizeof args;
+  HVD_RETURN_IF_ERROR(validate("allreduce", args, /*uses_op=*/true, /*uses_root=*/false));
+  return call_backend("allreduce", [&] { return plugin_.table->allreduce(backend_, &args); });
+}
+
+Status Communicator::allgather(hvd_collective_args args) {
+  args.struct_size = sizeof args;
+  HVD_RETURN_IF_ERROR(validate("allgather", args, /*uses_op=*/false, /*uses_root=*/false));
+  return call_backend("allgather", [&] { return plugin_.table->allgather(backend_, &args); });
+}
+
+Status Communicator::broadcast(hvd_collective_args args) {
+  args.struct_size = sizeof args;
+  HVD_RETURN_IF_ERROR(validate("broadcast", args, /*uses_op=*/false, /*uses_root=*/true));
+  return call_backend("broadcast", [&] { return plugin_.table->broadcast(backend_, &args); });
+}
+
+Status Communicator::barrier() {
+  return call_backend("barrier", [&] { return plugin_.table->barrier(backend_); });
+}
+
+}  // namespace hvd::core

@@ -1,0 +1,72 @@
+// communicator.hpp — one live backend over all ranks of the job: the engine behind hvd_comm.
+#ifndef HVD_CORE_COMMUNICATOR_HPP
+#define HVD_CORE_COMMUNICATOR_HPP
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "env.hpp"
+#include "hvd/backend.h"
+#include "hvd/sdk/result.hpp"
+#include "plugin_loader.hpp"
+#include "store.hpp"
+
+namespace hvd::core {
+
+struct CommOptions {
+  std::optional<std::string> backend;                // else HVD_BACKEND, else "gloo"
+  std::optional<std::chrono::milliseconds> timeout;  // else HVD_TIMEOUT
+};
+
+class Communicator {
+ public:
+  // Discover the world, reach the rendezvous store, load the backend, check that every rank
+  // chose the same one, and initialize it.
+  static Result<std::unique_ptr<Communicator>> create(const CommOptions& options,
+                                                      const EnvLookup& env);
+  ~Communicator();  // finalizes the backend
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // Validate `args` against this job and backend, then run the collective. The args' struct_size
+  // is filled in here.
+  Status allreduce(hvd_collective_args args);
+  Status allgather(hvd_collective_args args);
+  Status broadcast(hvd_collective_args args);
+  Status barrier();
+
+  const World& world() const { return world_; }
+  const Plugin& plugin() const { return plugin_; }
+
+  // The host-services table handed to plugins; public so tests can drive it directly.
+  struct Services;
+
+ private:
+  Communicator() = default;
+  Status validate(const char* what, const hvd_collective_args& args, bool uses_op,
+                  bool uses_root) const;
+  template <typename Fn>
+  Status call_backend(const char* what, Fn&& fn);
+
+  World world_;
+  Plugin plugin_;
+  std::chrono::milliseconds timeout_{0};
+  std::unique_ptr<TcpStoreServer> server_;  // when this rank hosts the rendezvous
+  std::unique_ptr<KvStore> store_;
+  std::unique_ptr<Services> services_;
+  hvd_backend_comm* backend_ = nullptr;
+};
+
+}  // namespace hvd::core
+
+#endif  // HVD_CORE_COMMUNICATOR_HPP
+
+namespace hvd::core {
+// What a rank tells the others about its backend at init ("ok\ngloo 0.1.0 (ABI 1.0)" or the
+// load error), and the verdict on every rank's choice: the same Status on every rank.
+std::string describe_backend_choice(const Result<Plugin>& loaded);
+Status check_backend_agreement(const std::vector<std::string>& choices);
+}  // namespace hvd::core

@@ -1,0 +1,130 @@
+#include "env.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+namespace hvd::core {
+namespace {
+
+Result<int> parse_int(const std::string& name, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || value < 0 || value > (1 << 30)) {
+    return error(HVD_ERR_INVALID_ARGUMENT, name + "='" + text + "' is not a non-negative integer");
+  }
+  return static_cast<int>(value);
+}
+
+// Slurm's SLURM_TASKS_PER_NODE, e.g. "2(x3),1": the task count of node `node`.
+std::optional<int> slurm_tasks_on_node(const std::string& spec, int node) {
+  int seen = 0;
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t next = spec.find(',', pos);
+    if (next == std::string::npos) next = spec.size();
+    const std::string group = spec.substr(pos, next - pos);
+    const int tasks = std::atoi(group.c_str());
+    int repeat = 1;
+    const size_t x = group.find("(x");
+    if (x != std::string::npos) repeat = std::atoi(group.c_str() + x + 2);
+    if (node < seen + repeat) return tasks;
+    seen += repeat;
+    pos = next + 1;
+  }
+  return std::nullopt;
+}
+
+struct Source {
+  const char* label;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+}  // namespace
+
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr || *value == '\0') return std::nullopt;
+    return std::string(value);
+  };
+}
+
+std::optional<std::string> knob(const EnvLookup& env, const std::string& name) {
+  if (auto value = env("HVD_" + name)) return value;
+  return env("HOROVOD_" + name);
+}
+
+Result<World> discover_world(const EnvLookup& env) {
+  const Source sources[] = {
+      {"HVD_* variables", "HVD_RANK", "HVD_SIZE", "HVD_LOCAL_RANK", "HVD_LOCAL_SIZE"},
+      {"HOROVOD_* variables", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
+       "HOROVOD_LOCAL_SIZE"},
+      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
+  };
+  for (const Source& source : sources) {
+    const auto rank_text = env(source.rank);
+    const auto size_text = env(source.size);
+    if (!rank_text && !size_text) continue;
+    if (!rank_text || !size_text) {
+      return error(HVD_ERR_INVALID_ARGUMENT,
+                   std::string(rank_text ? source.rank : source.size) + " is set but " +
+                       (rank_text ? source.size : source.rank) + " is not: set both");
+    }
+    World world;
+    world.source = source.label;
+    HVD_ASSIGN_OR_RETURN(world.rank, parse_int(source.rank, *rank_text));
+    HVD_ASSIGN_OR_RETURN(world.size, parse_int(source.size, *size_text));
+    if (world.size < 1 || world.rank >= world.size) {
+      return error(HVD_ERR_INVALID_ARGUMENT, std::string(source.rank) + "=" + *rank_text +
+                                                 " is not a rank of " + source.size + "=" +
+                                                 *size_text);
+    }
+    // Without local information, assume all ranks share this host.
+    world.local_rank = world.rank;
+    world.local_size = world.size;
+    if (auto text = env(source.local_rank)) {
+      HVD_ASSIGN_OR_RETURN(world.local_rank, parse_int(source.local_rank, *text));
+    }
+    if (source.local_size != nullptr) {
+      if (auto text = env(source.local_size)) {
+        HVD_ASSIGN_OR_RETURN(world.local_size, parse_int(source.local_size, *text));
+      }
+    } else if (auto spec = env("SLURM_TASKS_PER_NODE")) {
+      const int node = env("SLURM_NODEID") ? std::atoi(env("SLURM_NODEID")->c_str()) : 0;
+      if (auto tasks = slurm_tasks_on_node(*spec, node)) world.local_size = *tasks;
+    }
+    if (world.local_size < 1 || world.local_rank >= world.local_size ||
+        world.local_size > world.size) {
+      return error(HVD_ERR_INVALID_ARGUMENT,
+                   std::string("inconsistent ") + source.label + ": local rank " +
+                       std::to_string(world.local_rank) + " of local size " +
+                       std::to_string(world.local_size) + " in a job of " +
+                       std::to_string(world.size));
+    }
+    return world;
+  }
+  return World{};
+}
+
+Result<std::chrono::milliseconds> timeout_from_env(const EnvLookup& env) {
+  const auto text = knob(env, "TIMEOUT");
+  if (!text) return std::chrono::milliseconds(30000);
+  char* end = nullptr;
+  const double seconds = std::strtod(text->c_str(), &end);
+  if (*end != '\0' || !(seconds > 0) || !std::isfinite(seconds) || seconds > 1e7) {
+    return error(HVD_ERR_INVALID_ARGUMENT,
+                 "HVD_TIMEOUT='" + *text + "' is not a positive number of seconds");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+}
+
+}  // namespace hvd::core

@@ -1,0 +1,40 @@
+// env.hpp — reading hvd's configuration from the environment, and who this process is in the job.
+#ifndef HVD_CORE_ENV_HPP
+#define HVD_CORE_ENV_HPP
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "hvd/sdk/result.hpp"
+
+namespace hvd::core {
+
+// Looks a variable up; empty values count as unset. Injected so tests need no real environment.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+EnvLookup process_env();
+
+// An hvd knob: HVD_<name>, else Horovod's spelling HOROVOD_<name>. hvd's name wins.
+std::optional<std::string> knob(const EnvLookup& env, const std::string& name);
+
+// Where this process sits in the job, and which launcher said so.
+struct World {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  std::string source = "default (single process)";
+};
+
+// HVD_RANK/HVD_SIZE/HVD_LOCAL_RANK/HVD_LOCAL_SIZE (set by hvdrun), else Open MPI's
+// OMPI_COMM_WORLD_*, else PMI_RANK/PMI_SIZE, else Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID;
+// none of them: a single process. Malformed or inconsistent values are errors, not guesses.
+Result<World> discover_world(const EnvLookup& env);
+
+// HVD_TIMEOUT in seconds (fractions allowed), default 30 s: the bound on every wait.
+Result<std::chrono::milliseconds> timeout_from_env(const EnvLookup& env);
+
+}  // namespace hvd::core
+
+#endif  // HVD_CORE_ENV_HPP

@@ -1,0 +1,18 @@
+// log.hpp — hvd's one logger: "[hvd rank R] level: message" on stderr, filtered by HVD_LOG_LEVEL
+// (error, warning [default], info, debug).
+#ifndef HVD_CORE_LOG_HPP
+#define HVD_CORE_LOG_HPP
+
+#include <string>
+
+#include "hvd/types.h"
+
+namespace hvd::core {
+
+void set_log_rank(int rank);
+bool log_enabled(hvd_log_level level);
+void log(hvd_log_level level, const std::string& message);
+
+}  // namespace hvd::core
+
+#endif  // HVD_CORE_LOG_HPP

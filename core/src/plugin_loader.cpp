@@ -1,0 +1,217 @@
+#include "plugin_loader.hpp"
+
+#include <boost/dll/library_info.hpp>
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <set>
+
+namespace hvd::core {
+namespace {
+
+// Loaded libraries, by canonical path. Deliberately leaked: unloading a plugin while any
+// pointer into it lives is undefined behaviour, and a process-lifetime registry rules it out.
+struct Registry {
+  std::mutex mutex;
+  std::map<fs::path, boost::dll::shared_library> libraries;
+};
+Registry& registry() {
+  static Registry* instance = new Registry;
+  return *instance;
+}
+
+Status plugin_error(const fs::path& file, const std::string& why) {
+  return error(HVD_ERR_PLUGIN, file.string() + ": " + why);
+}
+
+// Which hvd_backend_entry_v<N> the file exports, if any: names the ABI a foreign plugin targets.
+std::vector<std::string> entry_symbols_in(const fs::path& file) {
+  std::vector<std::string> found;
+  try {
+    boost::dll::library_info info(file);
+    for (const std::string& symbol : info.symbols()) {
+      if (symbol.rfind("hvd_backend_entry_v", 0) == 0) found.push_back(symbol);
+    }
+  } catch (const std::exception&) {
+    // Not an ELF file we can read: the caller reports the load error instead.
+  }
+  return found;
+}
+
+// The size of the 1.0 table: a plugin's table must be at least this large.
+constexpr size_t kTableSizeV1_0 = offsetof(hvd_backend_v1, reduce_scatter) + sizeof(void*);
+
+Status validate_table(const fs::path& file, const hvd_backend_v1* t) {
+  if (t == nullptr) return plugin_error(file, "hvd_backend_entry_v1() returned NULL");
+  if (t->abi_major != HVD_BACKEND_ABI_MAJOR) {
+    return plugin_error(file, "its table says ABI " + std::to_string(t->abi_major) + "." +
+                                  std::to_string(t->abi_minor) + " but this hvd speaks ABI " +
+                                  std::to_string(HVD_BACKEND_ABI_MAJOR) + "." +
+                                  std::to_string(HVD_BACKEND_ABI_MINOR));
+  }
+  if (t->struct_size < kTableSizeV1_0) {
+    return plugin_error(file, "its table is " + std::to_string(t->struct_size) +
+                                  " bytes, smaller than ABI 1.0's " +
+                                  std::to_string(kTableSizeV1_0));
+  }
+  if (t->name == nullptr || *t->name == '\0') return plugin_error(file, "its table has no name");
+  if (t->init == nullptr || t->finalize == nullptr || t->allreduce == nullptr ||
+      t->allgather == nullptr || t->broadcast == nullptr || t->barrier == nullptr) {
+    return plugin_error(file,
+                        "its table lacks a required entry point "
+                        "(init, finalize, allreduce, allgather, broadcast, barrier)");
+  }
+  if ((t->capabilities & HVD_CAP_REDUCE_SCATTER) != 0 && t->reduce_scatter == nullptr) {
+    return plugin_error(file, "it claims reduce_scatter but its entry point is NULL");
+  }
+  return Status::success();
+}
+
+// Where libhvd (or the tool this loader is linked into) expects installed plugins.
+fs::path install_plugin_dir() {
+  try {
+    const fs::path self = fs::absolute(boost::dll::this_line_location());
+    const bool in_executable = fs::equivalent(self, boost::dll::program_location());
+    return (self.parent_path() /
+            (in_executable ? HVD_PLUGIN_DIR_FROM_BINDIR : HVD_PLUGIN_DIR_FROM_LIBDIR))
+        .lexically_normal();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+}  // namespace
+
+std::string plugin_file_name(const std::string& backend) {
+  return HVD_BACKEND_FILE_PREFIX + backend + HVD_BACKEND_FILE_SUFFIX;
+}
+
+std::vector<fs::path> plugin_search_path(const EnvLookup& env) {
+  std::vector<fs::path> dirs;
+  if (auto path = env("HVD_PLUGIN_PATH")) {
+    size_t pos = 0;
+    while (pos <= path->size()) {
+      size_t colon = path->find(':', pos);
+      if (colon == std::string::npos) colon = path->size();
+      if (colon > pos) dirs.emplace_back(path->substr(pos, colon - pos));
+      pos = colon + 1;
+    }
+  }
+  const fs::path installed = install_plugin_dir();
+  if (!installed.empty()) dirs.push_back(installed);
+  return dirs;
+}
+
+Result<Plugin> load_plugin(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec))
+    return error(HVD_ERR_NOT_FOUND, file.string() + ": no such file");
+  const fs::path canonical = fs::canonical(file, ec);
+  if (ec) return plugin_error(file, ec.message());
+
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  auto it = reg.libraries.find(canonical);
+  if (it == reg.libraries.end()) {
+    boost::dll::shared_library library;
+    try {
+      library.load(canonical, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    } catch (const std::exception& e) {
+      return plugin_error(file, std::string("cannot be loaded as a shared library: ") + e.what());
+    }
+    it = reg.libraries.emplace(canonical, std::move(library)).first;
+  }
+  boost::dll::shared_library& library = it->second;
+
+  if (!library.has(HVD_BACKEND_ENTRY_SYMBOL)) {
+    for (const std::string& symbol : entry_symbols_in(canonical)) {
+      const std::string major = symbol.substr(std::string("hvd_backend_entry_v").size());
+      return plugin_error(file, "it was built for hvd backend ABI " + major + " (it exports " +
+                                    symbol + ") but this hvd speaks ABI " +
+                                    std::to_string(HVD_BACKEND_ABI_MAJOR) + "." +
+                                    std::to_string(HVD_BACKEND_ABI_MINOR) +
+                                    ": rebuild the plugin against this hvd's SDK");
+    }
+    return plugin_error(file, "not an hvd backend plugin: it does not export " +
+                                  std::string(HVD_BACKEND_ENTRY_SYMBOL));
+  }
+  const auto entry = library.get<const hvd_backend_v1*()>(HVD_BACKEND_ENTRY_SYMBOL);
+  const hvd_backend_v1* table = entry();
+  HVD_RETURN_IF_ERROR(validate_table(file, table));
+
+  Plugin plugin;
+  plugin.name = table->name;
+  plugin.version = table->version != nullptr ? table->version : "";
+  plugin.description = table->description != nullptr ? table->description : "";
+  plugin.abi_major = table->abi_major;
+  plugin.abi_minor = table->abi_minor;
+  plugin.capabilities = table->capabilities;
+  plugin.path = canonical;
+  plugin.table = table;
+  return plugin;
+}
+
+PluginScan scan_plugins(const std::vector<fs::path>& dirs) {
+  PluginScan scan;
+  std::set<std::string> seen;
+  for (const fs::path& dir : dirs) {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(HVD_BACKEND_FILE_PREFIX, 0) == 0 && entry.path().extension() == ".so") {
+        files.push_back(entry.path());
+      }
+    }
+    std::sort(files.begin(), files.end());
+    for (const fs::path& file : files) {
+      const std::string filename = file.filename().string();
+      if (!seen.insert(filename).second) continue;  // shadowed by an earlier directory
+      Result<Plugin> plugin = load_plugin(file);
+      if (plugin.ok()) {
+        scan.plugins.push_back(std::move(plugin).value());
+      } else {
+        scan.failures.push_back({file, plugin.status()});
+      }
+    }
+  }
+  return scan;
+}
+
+Result<Plugin> resolve_backend(const std::string& spec, const std::vector<fs::path>& dirs) {
+  if (spec.find('/') != std::string::npos) return load_plugin(spec);
+  const std::string file = plugin_file_name(spec);
+  for (const fs::path& dir : dirs) {
+    std::error_code ec;
+    if (fs::exists(dir / file, ec)) return load_plugin(dir / file);
+  }
+  std::string available;
+  for (const Plugin& plugin : scan_plugins(dirs).plugins) {
+    available += (available.empty() ? "" : ", ") + plugin.name;
+  }
+  std::string searched;
+  for (const fs::path& dir : dirs) searched += (searched.empty() ? "" : ", ") + dir.string();
+  return error(HVD_ERR_NOT_FOUND,
+               "unknown backend '" + spec + "': no " + file + " in the plugin search path. " +
+                   "Available backends: " + (available.empty() ? "none" : available) +
+                   ". Searched: " + (searched.empty() ? "nothing" : searched) +
+                   " (HVD_PLUGIN_PATH adds directories; HVD_BACKEND may also be a file path)");
+}
+
+std::string capabilities_to_string(uint64_t capabilities) {
+  static const std::pair<uint64_t, const char*> names[] = {
+      {HVD_CAP_HOST_MEMORY, "host"},
+      {HVD_CAP_CUDA_MEMORY, "cuda"},
+      {HVD_CAP_ALLGATHERV, "allgatherv"},
+      {HVD_CAP_REDUCE_SCATTER, "reduce_scatter"},
+  };
+  std::string out;
+  for (const auto& [bit, name] : names) {
+    if ((capabilities & bit) != 0) out += (out.empty() ? "" : ",") + std::string(name);
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace hvd::core

@@ -1,0 +1,210 @@
+#include "socket.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace hvd::core {
+namespace {
+
+Status system_error(const std::string& what) {
+  return error(HVD_ERR_SYSTEM, what + ": " + std::strerror(errno));
+}
+
+int millis_until(Deadline deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return left.count() <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
+}
+
+// Wait until `fd` is ready for `events`; a timeout or error becomes a Status.
+Status wait_ready(int fd, short events, Deadline deadline, const char* what) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, millis_until(deadline));
+    if (n > 0) return Status::success();
+    if (n == 0) return error(HVD_ERR_TIMEOUT, std::string("timed out while ") + what);
+    if (errno != EINTR) return system_error(std::string("poll while ") + what);
+  }
+}
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* info) const { freeaddrinfo(info); }
+};
+using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+Result<AddrInfoPtr> resolve(const HostPort& where, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* info = nullptr;
+  const std::string port = std::to_string(where.port);
+  const char* host = where.host.empty() ? nullptr : where.host.c_str();
+  const int rc = ::getaddrinfo(host, port.c_str(), &hints, &info);
+  if (rc != 0) {
+    return error(HVD_ERR_SYSTEM, "cannot resolve '" + where.host + "': " + ::gai_strerror(rc));
+  }
+  return AddrInfoPtr(info);
+}
+
+}  // namespace
+
+Fd& Fd::operator=(Fd&& other) noexcept {
+  if (this != &other) {
+    reset();
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+void Fd::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+Result<HostPort> parse_host_port(const std::string& text) {
+  std::string host;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return error(HVD_ERR_INVALID_ARGUMENT, "'" + text + "' is not [address]:port");
+    }
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos) {
+      return error(HVD_ERR_INVALID_ARGUMENT, "'" + text + "' is not host:port");
+    }
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  char* end = nullptr;
+  const long value = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || value < 0 || value > 65535) {
+    return error(HVD_ERR_INVALID_ARGUMENT, "'" + text + "' has no valid port (0-65535)");
+  }
+  return HostPort{host, static_cast<uint16_t>(value)};
+}
+
+Result<Fd> listen_tcp(const HostPort& where, HostPort* bound) {
+  HVD_ASSIGN_OR_RETURN(AddrInfoPtr info, resolve(where, /*passive=*/true));
+  Status last = error(HVD_ERR_SYSTEM, "no address to listen on for " + where.to_string());
+  for (addrinfo* ai = info.get(); ai != nullptr; ai = ai->ai_next) {
+    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!fd.valid()) {
+      last = system_error("socket");
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      last = system_error("bind " + where.to_string());
+      continue;
+    }
+    if (::listen(fd.get(), 1024) != 0) {
+      last = system_error("listen " + where.to_string());
+      continue;
+    }
+    if (bound != nullptr) {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+      char text[INET6_ADDRSTRLEN] = {};
+      uint16_t port = 0;
+      if (addr.ss_family == AF_INET) {
+        const auto* v4 = reinterpret_cast<const sockaddr_in*>(&addr);
+        ::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
+        port = ntohs(v4->sin_port);
+      } else {
+        const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+        ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+        port = ntohs(v6->sin6_port);
+      }
+      *bound = HostPort{text, port};
+    }
+    return fd;
+  }
+  return last;
+}
+
+Result<Fd> connect_tcp(const HostPort& where, Deadline deadline) {
+  HVD_ASSIGN_OR_RETURN(AddrInfoPtr info, resolve(where, /*passive=*/false));
+  std::string last = "no address";
+  auto backoff = std::chrono::milliseconds(10);
+  for (;;) {
+    for (addrinfo* ai = info.get(); ai != nullptr; ai = ai->ai_next) {
+      Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+      if (!fd.valid()) return system_error("socket");
+      if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) {
+        const int one = 1;
+        ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        return fd;
+      }
+      last = std::strerror(errno);
+    }
+    if (Clock::now() + backoff >= deadline) {
+      return error(HVD_ERR_TIMEOUT, "could not connect to " + where.to_string() +
+                                        " before the timeout (" + last + ")");
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
+}
+
+std::string local_address_of(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, text, sizeof text);
+  } else if (addr.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, text,
+                sizeof text);
+  }
+  return text;
+}
+
+Status send_all(int fd, const void* data, size_t size, Deadline deadline) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    HVD_RETURN_IF_ERROR(wait_ready(fd, POLLOUT, deadline, "sending to the rendezvous peer"));
+    const ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return error(HVD_ERR_REMOTE,
+                   std::string("connection lost while sending: ") + std::strerror(errno));
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return Status::success();
+}
+
+Status recv_all(int fd, void* data, size_t size, Deadline deadline) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    HVD_RETURN_IF_ERROR(wait_ready(fd, POLLIN, deadline, "waiting for the rendezvous peer"));
+    const ssize_t n = ::recv(fd, p, size, 0);
+    if (n == 0) return error(HVD_ERR_REMOTE, "connection closed by the peer");
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return error(HVD_ERR_REMOTE,
+                   std::string("connection lost while receiving: ") + std::strerror(errno));
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return Status::success();
+}
+
+}  // namespace hvd::core

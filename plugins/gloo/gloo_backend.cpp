@@ -1,0 +1,242 @@
+// The Gloo backend: hvd's collectives on Facebook's Gloo over TCP.
+//
+// Bootstrap goes through the host's rendezvous store (HostStore adapts it to Gloo's Store).
+// Only Gloo's new-style algorithms are used: a legacy AllreduceRing on a context shrinks its
+// socket buffers and slows every later collective on it by an order of magnitude.
+// Configuration: HVD_GLOO_IFACE (a network interface) or HVD_GLOO_HOSTNAME (an address to bind);
+// by default the address this host uses to reach the rendezvous server.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "hvd/reduce.h"
+#include "hvd/sdk/backend.hpp"
+
+namespace {
+
+using hvd::Status;
+
+// Gloo's view of the host's key-value store. Gloo expects exceptions from a Store.
+class HostStore final : public gloo::rendezvous::Store {
+ public:
+  HostStore(hvd::sdk::Host host, std::chrono::milliseconds timeout)
+      : host_(host), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const Status s = host_.kv_set(key, data.data(), data.size());
+    if (!s.ok()) throw gloo::IoException(s.message());
+  }
+  std::vector<char> get(const std::string& key) override {
+    hvd::Result<std::vector<char>> value = host_.kv_get(key, timeout_);
+    if (!value.ok()) throw gloo::IoException(value.status().message());
+    return std::move(value).value();
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    for (const std::string& key : keys) {
+      hvd::Result<std::vector<char>> value = host_.kv_get(key, timeout);
+      if (!value.ok()) throw gloo::IoException(value.status().message());
+    }
+  }
+
+ private:
+  hvd::sdk::Host host_;
+  std::chrono::milliseconds timeout_;
+};
+
+// Run a Gloo call, turning its exceptions into statuses: I/O errors mean a peer or the network
+// failed (or a wait timed out); enforce failures are misuse.
+template <typename Fn>
+Status run_gloo(const char* what, Fn&& fn) {
+  try {
+    fn();
+    return Status::success();
+  } catch (const gloo::IoException& e) {
+    const std::string message = e.what();
+    const bool timed_out = message.find("imed out") != std::string::npos ||
+                           message.find("imeout") != std::string::npos;
+    return Status(timed_out ? HVD_ERR_TIMEOUT : HVD_ERR_REMOTE,
+                  std::string("gloo ") + what + ": " + message +
+                      (timed_out ? "" : " (a peer rank failed or became unreachable)"));
+  } catch (const gloo::EnforceNotMet& e) {
+    return Status(HVD_ERR_INTERNAL, std::string("gloo ") + what + ": " + e.what());
+  }
+}
+
+// Gloo sizes buffers by sizeof(T): pick the unsigned type of the element's width.
+template <typename Fn>
+void with_element_type(size_t element_size, Fn&& fn) {
+  switch (element_size) {
+    case 1:
+      fn(uint8_t{});
+      break;
+    case 2:
+      fn(uint16_t{});
+      break;
+    case 4:
+      fn(uint32_t{});
+      break;
+    default:
+      fn(uint64_t{});
+      break;
+  }
+}
+
+class GlooBackend {
+ public:
+  static hvd::Result<std::unique_ptr<GlooBackend>> create(const hvd::sdk::InitContext& ctx) {
+    auto self = std::unique_ptr<GlooBackend>(new GlooBackend(ctx));
+    if (ctx.size == 1) return self;  // nothing to connect: every collective is local
+
+    gloo::transport::tcp::attr attr;
+    attr.iface = hvd::sdk::env_or("HVD_GLOO_IFACE", "");
+    if (attr.iface.empty()) {
+      attr.hostname = hvd::sdk::env_or("HVD_GLOO_HOSTNAME",
+                                       ctx.local_address.empty() ? "127.0.0.1" : ctx.local_address);
+    }
+    HostStore store(ctx.host, ctx.timeout);
+    const std::string where =
+        attr.iface.empty() ? "address " + attr.hostname : "interface " + attr.iface;
+    Status s = run_gloo("connect", [&] {
+      auto device = gloo::transport::tcp::CreateDevice(attr);
+      auto context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
+      context->setTimeout(ctx.timeout);
+      context->connectFullMesh(store, device);
+      self->context_ = std::move(context);
+    });
+    if (!s.ok())
+      return s.with_context("connecting rank " + std::to_string(ctx.rank) + " on " + where);
+    return self;
+  }
+
+  ~GlooBackend() {
+    // Leave together: a rank that closes its sockets while a peer still drains the last
+    // collective would turn that peer's success into a connection error.
+    if (context_) {
+      (void)run_gloo("barrier at finalize", [&] {
+        gloo::BarrierOptions opts(context_);
+        gloo::barrier(opts);
+      });
+    }
+  }
+
+  Status allreduce(const hvd_collective_args& a) {
+    if (a.count == 0) return Status::success();
+    const size_t element = hvd_dtype_size(a.dtype);
+    if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
+    if (context_) {
+      Status s = run_gloo("allreduce", [&] {
+        gloo::AllreduceOptions opts(context_);
+        with_element_type(element, [&](auto t) {
+          opts.setOutput(static_cast<decltype(t)*>(a.recvbuf), a.count);
+        });
+        opts.setReduceFunction(
+            [dtype = a.dtype, op = a.op](void* out, const void* x, const void* y, size_t n) {
+              hvd_reduce(out, x, y, n, dtype, op);
+            });
+        gloo::allreduce(opts);
+      });
+      if (!s.ok()) return s;
+    }
+    if (a.op == HVD_AVERAGE) hvd_divide(a.recvbuf, a.count, a.dtype, size_);
+    return Status::success();
+  }
+
+  Status allgather(const hvd_collective_args& a) {
+    const size_t element = hvd_dtype_size(a.dtype);
+    if (a.recv_counts != nullptr) return allgatherv(a, element);
+    if (a.count == 0) return Status::success();
+    char* mine = static_cast<char*>(a.recvbuf) + static_cast<size_t>(rank_) * a.count * element;
+    if (!context_) {
+      if (a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
+      return Status::success();
+    }
+    return run_gloo("allgather", [&] {
+      gloo::AllgatherOptions opts(context_);
+      with_element_type(element, [&](auto t) {
+        using T = decltype(t);
+        opts.setOutput(static_cast<T*>(a.recvbuf), a.count * static_cast<size_t>(size_));
+        if (a.sendbuf != mine)
+          opts.setInput(const_cast<T*>(static_cast<const T*>(a.sendbuf)), a.count);
+      });
+      gloo::allgather(opts);
+    });
+  }
+
+  Status broadcast(const hvd_collective_args& a) {
+    if (a.count == 0) return Status::success();
+    const size_t element = hvd_dtype_size(a.dtype);
+    if (rank_ == a.root && a.sendbuf != a.recvbuf) {
+      std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
+    }
+    if (!context_) return Status::success();
+    return run_gloo("broadcast", [&] {
+      gloo::BroadcastOptions opts(context_);
+      opts.setRoot(a.root);
+      with_element_type(
+          element, [&](auto t) { opts.setOutput(static_cast<decltype(t)*>(a.recvbuf), a.count); });
+      gloo::broadcast(opts);
+    });
+  }
+
+  Status barrier() {
+    if (!context_) return Status::success();
+    return run_gloo("barrier", [&] {
+      gloo::BarrierOptions opts(context_);
+      gloo::barrier(opts);
+    });
+  }
+
+ private:
+  explicit GlooBackend(const hvd::sdk::InitContext& ctx) : rank_(ctx.rank), size_(ctx.size) {}
+
+  Status allgatherv(const hvd_collective_args& a, size_t element) {
+    std::vector<size_t> counts(a.recv_counts, a.recv_counts + size_);
+    size_t offset = 0;
+    for (int r = 0; r < rank_; ++r) offset += counts[static_cast<size_t>(r)];
+    char* mine = static_cast<char*>(a.recvbuf) + offset * element;
+    if (counts[static_cast<size_t>(rank_)] != a.count) {
+      return Status(HVD_ERR_INVALID_ARGUMENT,
+                    "allgatherv: recv_counts[" + std::to_string(rank_) + "] is " +
+                        std::to_string(counts[static_cast<size_t>(rank_)]) +
+                        " but this rank sends " + std::to_string(a.count));
+    }
+    if (!context_) {
+      if (a.count > 0 && a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
+      return Status::success();
+    }
+    return run_gloo("allgatherv", [&] {
+      gloo::AllgathervOptions opts(context_);
+      with_element_type(element, [&](auto t) {
+        using T = decltype(t);
+        opts.setOutput(static_cast<T*>(a.recvbuf), counts);
+        if (a.sendbuf != mine)
+          opts.setInput(const_cast<T*>(static_cast<const T*>(a.sendbuf)), a.count);
+      });
+      gloo::allgatherv(opts);
+    });
+  }
+
+  int rank_;
+  int size_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;  // null when size == 1
+};
+
+}  // namespace
+
+HVD_BACKEND_PLUGIN(
+    GlooBackend, "gloo", HVD_PLUGIN_VERSION " (gloo " HVD_GLOO_VERSION ")",
+    "Gloo collectives over TCP (HVD_GLOO_IFACE / HVD_GLOO_HOSTNAME choose the network)",
+    HVD_CAP_HOST_MEMORY | HVD_CAP_ALLGATHERV)

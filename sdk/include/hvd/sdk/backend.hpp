@@ -1,0 +1,209 @@
+// hvd/sdk/backend.hpp — write a backend plugin as a C++ class; this header makes the C table.
+//
+//   class MyBackend {
+//    public:
+//     static hvd::Result<std::unique_ptr<MyBackend>> create(const hvd::sdk::InitContext& ctx);
+//     hvd::Status allreduce(const hvd_collective_args& args);
+//     hvd::Status allgather(const hvd_collective_args& args);
+//     hvd::Status broadcast(const hvd_collective_args& args);
+//     hvd::Status barrier();
+//     hvd::Status reduce_scatter(const hvd_collective_args& args);  // optional
+//   };
+//   HVD_BACKEND_PLUGIN(MyBackend, "mine", "1.0.0", "My fabric", HVD_CAP_HOST_MEMORY)
+//
+// The generated entry points catch every exception (turning it into HVD_ERR_INTERNAL with the
+// exception's text) and pass every error message to the host, so nothing C++ crosses the ABI.
+// Destroying the object is the plugin's finalize.
+#ifndef HVD_SDK_BACKEND_HPP
+#define HVD_SDK_BACKEND_HPP
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "hvd/backend.h"
+#include "hvd/sdk/result.hpp"
+
+namespace hvd::sdk {
+
+// The host-services table with C++ signatures. Cheap to copy; valid until finalize.
+class Host {
+ public:
+  explicit Host(const hvd_host_services* services) : services_(services) {}
+
+  Status kv_set(const std::string& key, const void* value, size_t size) const {
+    return from_call(services_->kv_set(services_->ctx, key.c_str(), value, size),
+                     "kv_set('" + key + "')");
+  }
+
+  Result<std::vector<char>> kv_get(const std::string& key,
+                                   std::chrono::milliseconds timeout) const {
+    void* value = nullptr;
+    size_t size = 0;
+    const hvd_status code =
+        services_->kv_get(services_->ctx, key.c_str(), timeout.count(), &value, &size);
+    if (code != HVD_SUCCESS) return Status(code, "rendezvous key '" + key + "' not available");
+    const char* bytes = static_cast<const char*>(value);
+    std::vector<char> copy(bytes, bytes + size);
+    services_->free_value(services_->ctx, value);
+    return copy;
+  }
+
+  Status oob_allgather(const void* send, size_t size, void* recv,
+                       std::chrono::milliseconds timeout) const {
+    return from_call(services_->oob_allgather(services_->ctx, send, size, recv, timeout.count()),
+                     "out-of-band allgather");
+  }
+
+  void log(hvd_log_level level, const std::string& message) const {
+    services_->log(services_->ctx, level, message.c_str());
+  }
+
+  void set_error(const std::string& message) const {
+    services_->set_error(services_->ctx, message.c_str());
+  }
+
+ private:
+  static Status from_call(hvd_status code, const std::string& what) {
+    return code == HVD_SUCCESS ? Status::success() : Status(code, what + " failed");
+  }
+
+  const hvd_host_services* services_;
+};
+
+// Everything a backend learns at init.
+struct InitContext {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  std::chrono::milliseconds timeout{0};
+  std::string local_address;
+  Host host;
+};
+
+// Read an environment variable, or `fallback` when it is unset or empty.
+inline std::string env_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return (value != nullptr && *value != '\0') ? std::string(value) : fallback;
+}
+
+namespace detail {
+
+template <typename T, typename = void>
+struct has_reduce_scatter : std::false_type {};
+template <typename T>
+struct has_reduce_scatter<T, std::void_t<decltype(std::declval<T&>().reduce_scatter(
+                                 std::declval<const hvd_collective_args&>()))>> : std::true_type {};
+
+// What hvd_backend_comm* points to: the plugin object and the host to report errors to.
+template <typename Backend>
+struct Comm {
+  std::unique_ptr<Backend> backend;
+  Host host;
+};
+
+template <typename Backend>
+Comm<Backend>* comm_of(hvd_backend_comm* comm) {
+  return reinterpret_cast<Comm<Backend>*>(comm);
+}
+
+// Run `fn` (returning Status) so that no exception escapes and every error reaches the host.
+template <typename Fn>
+hvd_status guarded(const Host& host, Fn&& fn) noexcept {
+  try {
+    const Status status = fn();
+    if (!status.ok()) host.set_error(status.message());
+    return status.code();
+  } catch (const std::exception& e) {
+    host.set_error(std::string("unexpected exception: ") + e.what());
+  } catch (...) {
+    host.set_error("unexpected non-standard exception");
+  }
+  return HVD_ERR_INTERNAL;
+}
+
+template <typename Backend>
+hvd_status init(const hvd_backend_init_args* args, hvd_backend_comm** comm) noexcept {
+  const Host host(args->host);
+  return guarded(host, [&]() -> Status {
+    InitContext context{args->rank,
+                        args->size,
+                        args->local_rank,
+                        args->local_size,
+                        std::chrono::milliseconds(args->timeout_ms),
+                        args->local_address != nullptr ? args->local_address : "",
+                        host};
+    Result<std::unique_ptr<Backend>> created = Backend::create(context);
+    if (!created.ok()) return created.status();
+    *comm =
+        reinterpret_cast<hvd_backend_comm*>(new Comm<Backend>{std::move(created).value(), host});
+    return Status::success();
+  });
+}
+
+template <typename Backend>
+hvd_status finalize(hvd_backend_comm* comm) noexcept {
+  Comm<Backend>* self = comm_of<Backend>(comm);
+  const Host host = self->host;
+  return guarded(host, [&]() -> Status {
+    delete self;
+    return Status::success();
+  });
+}
+
+template <typename Backend, Status (Backend::*Method)(const hvd_collective_args&)>
+hvd_status collective(hvd_backend_comm* comm, const hvd_collective_args* args) noexcept {
+  Comm<Backend>* self = comm_of<Backend>(comm);
+  return guarded(self->host, [&] { return ((*self->backend).*Method)(*args); });
+}
+
+template <typename Backend>
+hvd_status barrier(hvd_backend_comm* comm) noexcept {
+  Comm<Backend>* self = comm_of<Backend>(comm);
+  return guarded(self->host, [&] { return self->backend->barrier(); });
+}
+
+}  // namespace detail
+
+// The C table for `Backend`. A function-local static: built once, lives for the process.
+template <typename Backend>
+const hvd_backend_v1* backend_table(const char* name, const char* version, const char* description,
+                                    uint64_t capabilities) {
+  static const hvd_backend_v1 table = [&] {
+    hvd_backend_v1 t{};
+    t.struct_size = sizeof(hvd_backend_v1);
+    t.abi_major = HVD_BACKEND_ABI_MAJOR;
+    t.abi_minor = HVD_BACKEND_ABI_MINOR;
+    t.name = name;
+    t.version = version;
+    t.description = description;
+    t.capabilities = capabilities;
+    t.init = &detail::init<Backend>;
+    t.finalize = &detail::finalize<Backend>;
+    t.allreduce = &detail::collective<Backend, &Backend::allreduce>;
+    t.allgather = &detail::collective<Backend, &Backend::allgather>;
+    t.broadcast = &detail::collective<Backend, &Backend::broadcast>;
+    t.barrier = &detail::barrier<Backend>;
+    if constexpr (detail::has_reduce_scatter<Backend>::value) {
+      t.reduce_scatter = &detail::collective<Backend, &Backend::reduce_scatter>;
+      t.capabilities |= HVD_CAP_REDUCE_SCATTER;
+    }
+    return t;
+  }();
+  return &table;
+}
+
+}  // namespace hvd::sdk
+
+// Define the plugin's one exported symbol. Use once, at namespace scope, in one source file.
+#define HVD_BACKEND_PLUGIN(Backend, name, version, description, capabilities)            \
+  extern "C" HVD_PLUGIN_EXPORT const hvd_backend_v1* hvd_backend_entry_v1(void) {        \
+    return ::hvd::sdk::backend_table<Backend>(name, version, description, capabilities); \
+  }
+
+#endif  // HVD_SDK_BACKEND_HPP
