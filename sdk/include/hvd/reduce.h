@@ -15,6 +15,15 @@
 extern "C" {
 #endif
 
+/* The dispatchers below are not inlined: one call per buffer costs nothing, and inlining a
+ * switch over every dtype into a caller with a small buffer makes GCC 12 warn (-Warray-bounds)
+ * about branches that cannot run. */
+#if defined(__GNUC__)
+#define HVD__DISPATCH static __attribute__((noinline, unused))
+#else
+#define HVD__DISPATCH static inline
+#endif
+
 /* ---- float16 / bfloat16 conversions (round to nearest even; NaN stays NaN) ---------------- */
 
 static inline uint32_t hvd__f32_bits(float f) {
@@ -146,7 +155,7 @@ static inline uint16_t hvd_float_to_bfloat16(float value) {
 /* out[i] = a[i] (op) b[i] for i < count. `out` may alias `a` or `b` exactly (in place); no
  * other overlap. HVD_AVERAGE reduces as HVD_SUM: finish it with hvd_divide() once all ranks
  * have been combined. */
-static inline hvd_status hvd_reduce(void* out, const void* a, const void* b, uint64_t count,
+HVD__DISPATCH hvd_status hvd_reduce(void* out, const void* a, const void* b, uint64_t count,
                                     hvd_dtype dtype, hvd_reduce_op op) {
   switch (dtype) {
     case HVD_UINT8:
@@ -181,7 +190,7 @@ static inline hvd_status hvd_reduce(void* out, const void* a, const void* b, uin
 
 /* buffer[i] /= divisor for i < count: the last step of HVD_AVERAGE. Integer types truncate
  * toward zero; floating types divide in their own precision (float for the 16-bit types). */
-static inline hvd_status hvd_divide(void* buffer, uint64_t count, hvd_dtype dtype,
+HVD__DISPATCH hvd_status hvd_divide(void* buffer, uint64_t count, hvd_dtype dtype,
                                     int64_t divisor) {
   if (divisor <= 0) return HVD_ERR_INVALID_ARGUMENT;
   if (divisor == 1) return HVD_SUCCESS;

@@ -59,6 +59,8 @@ class [[nodiscard]] Result {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
 
   // The error; Status::success() when this holds a value.
   Status status() const { return ok() ? Status::success() : std::get<Status>(state_); }

@@ -1,0 +1,354 @@
+// The conformance suite: one set of tests that every backend must pass, run as a real multi-rank
+// job (hvdrun -np N --backend B hvd_conformance_test). Data are small integers, so every
+// reduction is exact in every dtype (float16 and bfloat16 included) and results are compared
+// for equality, element by element.
+//
+// HVD_CONFORMANCE_MAX_COUNT caps the element counts (for slow test-only backends).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "hvd/hvd.hpp"
+#include "hvd/reduce.h"
+
+namespace {
+
+hvd::Comm* g_comm = nullptr;
+
+class CommEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    auto comm = hvd::Comm::init();
+    ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+    comm_ = std::make_unique<hvd::Comm>(std::move(comm).value());
+    g_comm = comm_.get();
+  }
+  void TearDown() override {
+    if (comm_) {
+      EXPECT_TRUE(comm_->finalize().ok());
+    }
+    g_comm = nullptr;
+  }
+
+ private:
+  std::unique_ptr<hvd::Comm> comm_;
+};
+
+const hvd_dtype kDtypes[] = {HVD_UINT8,   HVD_INT8,     HVD_INT32,   HVD_INT64,
+                             HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64};
+const hvd_reduce_op kOps[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX, HVD_PRODUCT};
+
+std::vector<uint64_t> counts() {
+  std::vector<uint64_t> all = {0, 1, 7, 1023, (1u << 20) + 3};
+  if (const char* cap = std::getenv("HVD_CONFORMANCE_MAX_COUNT")) {
+    const uint64_t max = std::strtoull(cap, nullptr, 10);
+    std::vector<uint64_t> kept;
+    for (uint64_t c : all) {
+      if (c <= max) kept.push_back(c);
+    }
+    return kept;
+  }
+  return all;
+}
+
+// A typed view of an untyped buffer: integer values in, exact doubles out.
+class Buffer {
+ public:
+  Buffer(hvd_dtype dtype, uint64_t count)
+      : dtype_(dtype), bytes_(std::max<size_t>(1, count * hvd_dtype_size(dtype))) {}
+  void* data() { return bytes_.data(); }
+  char* at(uint64_t i) { return bytes_.data() + i * hvd_dtype_size(dtype_); }
+  const std::vector<char>& bytes() const { return bytes_; }
+
+  void set(uint64_t i, int64_t v) {
+    char* p = at(i);
+    switch (dtype_) {
+      case HVD_UINT8:
+        store(p, static_cast<uint8_t>(v));
+        break;
+      case HVD_INT8:
+        store(p, static_cast<int8_t>(v));
+        break;
+      case HVD_INT32:
+        store(p, static_cast<int32_t>(v));
+        break;
+      case HVD_INT64:
+        store(p, static_cast<int64_t>(v));
+        break;
+      case HVD_FLOAT16:
+        store(p, hvd_float_to_float16(static_cast<float>(v)));
+        break;
+      case HVD_BFLOAT16:
+        store(p, hvd_float_to_bfloat16(static_cast<float>(v)));
+        break;
+      case HVD_FLOAT32:
+        store(p, static_cast<float>(v));
+        break;
+      case HVD_FLOAT64:
+        store(p, static_cast<double>(v));
+        break;
+    }
+  }
+  double get(uint64_t i) const {
+    const char* p = bytes_.data() + i * hvd_dtype_size(dtype_);
+    switch (dtype_) {
+      case HVD_UINT8:
+        return load<uint8_t>(p);
+      case HVD_INT8:
+        return load<int8_t>(p);
+      case HVD_INT32:
+        return load<int32_t>(p);
+      case HVD_INT64:
+        return static_cast<double>(load<int64_t>(p));
+      case HVD_FLOAT16:
+        return hvd_float16_to_float(load<uint16_t>(p));
+      case HVD_BFLOAT16:
+        return hvd_bfloat16_to_float(load<uint16_t>(p));
+      case HVD_FLOAT32:
+        return load<float>(p);
+      case HVD_FLOAT64:
+        return load<double>(p);
+    }
+    return -1;
+  }
+
+ private:
+  template <typename T>
+  static void store(char* p, T v) {
+    std::memcpy(p, &v, sizeof v);
+  }
+  template <typename T>
+  static T load(const char* p) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  hvd_dtype dtype_;
+  std::vector<char> bytes_;
+};
+
+bool is_unsigned(hvd_dtype dtype) { return dtype == HVD_UINT8; }
+
+// Rank r's i-th input for `op`, chosen so that the exact result fits every dtype: sums stay
+// within +-80 (int8, and bfloat16's 8-bit mantissa), products within 81, and AVERAGE inputs are
+// multiples of the rank count so that the mean is an integer.
+int64_t input(hvd_reduce_op op, hvd_dtype dtype, int rank, int size, uint64_t i) {
+  const int64_t base = static_cast<int64_t>((i * 7 + static_cast<uint64_t>(rank) * 3) % 11) -
+                       (is_unsigned(dtype) ? 0 : 5);
+  switch (op) {
+    case HVD_AVERAGE:
+      return base * size;
+    case HVD_PRODUCT: {
+      int64_t v = static_cast<int64_t>((i + static_cast<uint64_t>(rank)) % 3) + 1;
+      if (!is_unsigned(dtype) && (i + 2 * static_cast<uint64_t>(rank)) % 5 == 0) v = -v;
+      return v;
+    }
+    default:
+      return base;
+  }
+}
+
+int64_t expected_reduction(hvd_reduce_op op, hvd_dtype dtype, int size, uint64_t i) {
+  int64_t acc = input(op, dtype, 0, size, i);
+  for (int r = 1; r < size; ++r) {
+    const int64_t v = input(op, dtype, r, size, i);
+    switch (op) {
+      case HVD_SUM:
+      case HVD_AVERAGE:
+        acc += v;
+        break;
+      case HVD_PRODUCT:
+        acc *= v;
+        break;
+      case HVD_MIN:
+        acc = std::min(acc, v);
+        break;
+      case HVD_MAX:
+        acc = std::max(acc, v);
+        break;
+    }
+  }
+  return op == HVD_AVERAGE ? acc / size : acc;
+}
+
+// Compare a buffer with expected values; report the number wrong and the first one.
+template <typename Expected>
+void expect_values(const Buffer& got, uint64_t count, Expected&& expected,
+                   const std::string& what) {
+  uint64_t wrong = 0;
+  uint64_t first = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (got.get(i) != static_cast<double>(expected(i))) {
+      if (wrong++ == 0) first = i;
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << count << " elements wrong; first at "
+                       << first << ": got " << got.get(first) << ", expected "
+                       << static_cast<double>(expected(first));
+}
+
+std::string dtype_op_name(hvd_dtype dtype, const char* op, bool in_place) {
+  return std::string(hvd_dtype_name(dtype)) + "_" + op + (in_place ? "_inplace" : "_outofplace");
+}
+
+// ---- allreduce --------------------------------------------------------------------------------
+
+class Allreduce : public ::testing::TestWithParam<std::tuple<hvd_dtype, hvd_reduce_op, bool>> {};
+
+TEST_P(Allreduce, ExactAtEverySize) {
+  const auto [dtype, op, in_place] = GetParam();
+  const int rank = g_comm->rank();
+  const int size = g_comm->size();
+  for (uint64_t count : counts()) {
+    Buffer send(dtype, count), recv(dtype, count);
+    for (uint64_t i = 0; i < count; ++i) send.set(i, input(op, dtype, rank, size, i));
+    const std::vector<char> original = send.bytes();
+    const std::string what = "count " + std::to_string(count);
+    hvd::Status s = in_place ? g_comm->allreduce(send.data(), send.data(), count, dtype, op)
+                             : g_comm->allreduce(send.data(), recv.data(), count, dtype, op);
+    ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
+    expect_values(
+        in_place ? send : recv, count,
+        [&, op = op, dtype = dtype](uint64_t i) { return expected_reduction(op, dtype, size, i); },
+        what);
+    if (!in_place) {
+      EXPECT_TRUE(send.bytes() == original) << what << ": the send buffer changed";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypesAndOps, Allreduce,
+                         ::testing::Combine(::testing::ValuesIn(kDtypes), ::testing::ValuesIn(kOps),
+                                            ::testing::Bool()),
+                         [](const auto& p) {
+                           return dtype_op_name(std::get<0>(p.param),
+                                                hvd_reduce_op_name(std::get<1>(p.param)),
+                                                std::get<2>(p.param));
+                         });
+
+// ---- allgather --------------------------------------------------------------------------------
+
+int64_t gather_value(hvd_dtype dtype, int rank, uint64_t i) {
+  return static_cast<int64_t>((static_cast<uint64_t>(rank) * 17 + i) % 97) -
+         (is_unsigned(dtype) ? 0 : 40);
+}
+
+class Allgather : public ::testing::TestWithParam<std::tuple<hvd_dtype, bool>> {};
+
+TEST_P(Allgather, RankOrderAtEverySize) {
+  const auto [dtype, in_place] = GetParam();
+  const int rank = g_comm->rank();
+  const int size = g_comm->size();
+  for (uint64_t count : counts()) {
+    const uint64_t total = count * static_cast<uint64_t>(size);
+    Buffer send(dtype, count), recv(dtype, total);
+    for (uint64_t i = 0; i < total; ++i) recv.set(i, 99);  // must all be overwritten
+    for (uint64_t i = 0; i < count; ++i) send.set(i, gather_value(dtype, rank, i));
+    const void* source = send.data();
+    if (in_place) {
+      for (uint64_t i = 0; i < count; ++i) recv.set(rank * count + i, gather_value(dtype, rank, i));
+      source = recv.at(static_cast<uint64_t>(rank) * count);
+    }
+    const std::string what = "count " + std::to_string(count);
+    hvd::Status s = g_comm->allgather(source, recv.data(), count, dtype);
+    ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
+    expect_values(
+        recv, total,
+        [&, dtype = dtype](uint64_t i) {
+          return gather_value(dtype, static_cast<int>(i / count), i % count);
+        },
+        what);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, Allgather,
+                         ::testing::Combine(::testing::ValuesIn(kDtypes), ::testing::Bool()),
+                         [](const auto& p) {
+                           return dtype_op_name(std::get<0>(p.param), "gather",
+                                                std::get<1>(p.param));
+                         });
+
+// ---- broadcast --------------------------------------------------------------------------------
+
+class Broadcast : public ::testing::TestWithParam<std::tuple<hvd_dtype, bool>> {};
+
+TEST_P(Broadcast, FromEveryRootAtEverySize) {
+  const auto [dtype, in_place] = GetParam();
+  const int rank = g_comm->rank();
+  const int size = g_comm->size();
+  auto value = [dtype = dtype](int root, uint64_t i) {
+    return static_cast<int64_t>((static_cast<uint64_t>(root) * 13 + i) % 89) -
+           (is_unsigned(dtype) ? 0 : 30);
+  };
+  for (int root = 0; root < size; ++root) {
+    for (uint64_t count : counts()) {
+      Buffer send(dtype, count), recv(dtype, count);
+      // Non-roots' send buffers hold junk that must not leak into the result.
+      for (uint64_t i = 0; i < count; ++i) {
+        send.set(i, rank == root ? value(root, i) : 100 + rank);
+        recv.set(i, 99);
+      }
+      Buffer& target = in_place ? send : recv;
+      const std::string what = "root " + std::to_string(root) + ", count " + std::to_string(count);
+      hvd::Status s = g_comm->broadcast(send.data(), target.data(), count, dtype, root);
+      ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
+      expect_values(
+          target, count, [&](uint64_t i) { return value(root, i); }, what);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, Broadcast,
+                         ::testing::Combine(::testing::ValuesIn(kDtypes), ::testing::Bool()),
+                         [](const auto& p) {
+                           return dtype_op_name(std::get<0>(p.param), "bcast",
+                                                std::get<1>(p.param));
+                         });
+
+// ---- barrier and argument errors --------------------------------------------------------------
+
+TEST(Barrier, CompletesRepeatedly) {
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(g_comm->barrier().ok());
+}
+
+TEST(Errors, RootOutOfRangeIsTheSameErrorOnEveryRank) {
+  int32_t value = 1;
+  const int root = g_comm->size();
+  hvd::Status s = g_comm->broadcast(&value, &value, 1, HVD_INT32, root);
+  EXPECT_EQ(s.code(), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s.message(), "broadcast: root " + std::to_string(root) +
+                             " is not a rank of this job of " + std::to_string(g_comm->size()));
+}
+
+TEST(Errors, InvalidDtypeAndOpAreRejectedBeforeTheBackend) {
+  int32_t value = 1;
+  hvd::Status s = g_comm->allreduce(&value, &value, 1, static_cast<hvd_dtype>(42), HVD_SUM);
+  EXPECT_EQ(s.code(), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s.message(), "allreduce: dtype 42 is not an hvd_dtype");
+  s = g_comm->allreduce(&value, &value, 1, HVD_INT32, static_cast<hvd_reduce_op>(-1));
+  EXPECT_EQ(s.code(), HVD_ERR_INVALID_ARGUMENT);
+  s = g_comm->allreduce(nullptr, nullptr, 3, HVD_INT32, HVD_SUM);
+  EXPECT_EQ(s.code(), HVD_ERR_INVALID_ARGUMENT);
+  // The communicator still works after rejected calls.
+  ASSERT_TRUE(g_comm->allreduce(&value, &value, 1, HVD_INT32, HVD_SUM).ok());
+  EXPECT_EQ(value, g_comm->size());
+}
+
+TEST(Errors, CudaMemoryOnAHostOnlyBackendIsUnsupported) {
+  int32_t value = 1;
+  const hvd_placement cuda{sizeof(hvd_placement), HVD_MEMORY_CUDA, 0, nullptr};
+  hvd::Status s = g_comm->allreduce(&value, &value, 1, HVD_INT32, HVD_SUM, &cuda);
+  EXPECT_EQ(s.code(), HVD_ERR_UNSUPPORTED);
+  EXPECT_NE(s.message().find("does not take CUDA memory"), std::string::npos) << s.message();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new CommEnvironment);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,154 @@
+// Real multi-process jobs: hvdrun, the rank-0-hosted rendezvous, disagreements and failures.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <chrono>
+#include <cstdio>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Job {
+  int exit_code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+// Job a shell command, capturing stdout and stderr together.
+Job run(const std::string& command) {
+  const auto start = std::chrono::steady_clock::now();
+  Job r;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) r.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+const std::string kHvdrun = HVD_HVDRUN;
+const std::string kProbe = HVD_PROBE;
+const std::string kTestPlugins = HVD_TEST_PLUGIN_DIR;
+
+// A port nobody listens on right now: the kernel picks it for a socket we then close.
+std::string free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return std::to_string(ntohs(addr.sin_port));
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The text after "rank R: init failed: " on each rank's line.
+std::vector<std::string> init_failures(const std::string& output) {
+  std::vector<std::string> messages;
+  const std::regex line(R"(rank \d+: init failed: (.*))");
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    messages.push_back((*it)[1]);
+  }
+  return messages;
+}
+
+TEST(Hvdrun, RunsRanksAndTagsTheirOutput) {
+  Job r = run(kHvdrun + " -np 3 " + kProbe + " --allreduce");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(has(r.output, "[" + std::to_string(rank) + "]<stdout>:rank " +
+                                  std::to_string(rank) + ": allreduce = 6"))
+        << r.output;
+  }
+}
+
+TEST(Hvdrun, AFailingRankStopsTheOthersAndSetsTheExitCode) {
+  Job r = run(kHvdrun + " -np 3 " + kProbe + " --exit-after-init 1=3 --hang");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output,
+      std::regex(R"(hvdrun: rank 1 \(pid \d+\) exited with status 3; stopping the other ranks)")))
+      << r.output;
+  EXPECT_LT(r.seconds, 30) << "the hanging ranks were not stopped";
+}
+
+TEST(Hvdrun, ExplainsBadUsage) {
+  Job r = run(kHvdrun + " " + kProbe);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.output, "-np N is required")) << r.output;
+  r = run(kHvdrun + " -np 2 /nonexistent/program");
+  EXPECT_EQ(r.exit_code, 127) << r.output;
+  EXPECT_TRUE(has(r.output, "cannot run '/nonexistent/program'")) << r.output;
+}
+
+TEST(Agreement, RanksWithDifferentBackendsAllFailWithTheSameMessage) {
+  Job r = run(kHvdrun + " -np 3 --plugin-path " + kTestPlugins + " " + kProbe +
+              " --backend-for-rank 1=kvs --exit-zero");
+  const auto messages = init_failures(r.output);
+  ASSERT_EQ(messages.size(), 3u) << r.output;
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_EQ(messages[1], messages[2]);
+  EXPECT_TRUE(has(messages[0],
+                  "mismatch between ranks: ranks chose different backends: ranks 0, 2 use gloo"))
+      << messages[0];
+  EXPECT_TRUE(has(messages[0], "rank 1 uses kvs 1.0.0 (ABI 1.0)")) << messages[0];
+}
+
+TEST(Agreement, AnUnknownBackendListsTheAvailableOnesOnEveryRank) {
+  Job r = run("HVD_BACKEND=nope " + kHvdrun + " -np 2 " + kProbe + " --exit-zero");
+  const auto messages = init_failures(r.output);
+  ASSERT_EQ(messages.size(), 2u) << r.output;
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_TRUE(has(messages[0], "unknown backend 'nope'")) << messages[0];
+  EXPECT_TRUE(has(messages[0], "Available backends: gloo")) << messages[0];
+  EXPECT_TRUE(has(messages[0], "Searched: ")) << messages[0];
+}
+
+TEST(Failures, ADeadPeerIsAnErrorWellWithinTheTimeout) {
+  // Rank 2 leaves right after init without a word; the others' allreduce must fail, not hang.
+  Job r = run(kHvdrun + " -np 3 --timeout 20 " + kProbe +
+              " --exit-after-init 2=0 --allreduce --exit-zero");
+  EXPECT_LT(r.seconds, 25) << r.output;
+  for (int rank : {0, 1}) {
+    EXPECT_TRUE(
+        std::regex_search(r.output, std::regex("rank " + std::to_string(rank) +
+                                               ": allreduce failed: (remote failure|timeout): ")))
+        << r.output;
+  }
+}
+
+TEST(Failures, AMissingRankTimesOutAtInitNamingIt) {
+  // HVD_SIZE says 3 but only ranks 0 and 1 exist (rank 2 never starts).
+  const std::string common = "HVD_SIZE=3 HVD_TIMEOUT=2 HVD_SECRET=s HVD_RENDEZVOUS_ADDR=127.0.0.1:";
+  const std::string port = free_port();
+  Job r = run("(" + common + port + " HVD_RANK=0 " + kProbe + " & " + common + port +
+              " HVD_RANK=1 " + kProbe + " & wait)");
+  const auto messages = init_failures(r.output);
+  ASSERT_EQ(messages.size(), 2u) << r.output;
+  EXPECT_TRUE(has(messages[0], "rank 2 did not arrive within 2000 ms")) << messages[0];
+  EXPECT_LT(r.seconds, 15);
+}
+
+TEST(Rendezvous, RankZeroHostsItWithoutHvdrun) {
+  const std::string port = free_port();
+  const std::string common = "HVD_SIZE=2 HVD_SECRET=t0p HVD_RENDEZVOUS_ADDR=127.0.0.1:" + port;
+  Job r = run("(" + common + " HVD_RANK=1 " + kProbe + " --allreduce & " + common + " HVD_RANK=0 " +
+              kProbe + " --allreduce & wait)");
+  EXPECT_TRUE(has(r.output, "rank 0: allreduce = 3")) << r.output;
+  EXPECT_TRUE(has(r.output, "rank 1: allreduce = 3")) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,174 @@
+#include "plugin_loader.hpp"
+
+#include <gtest/gtest.h>
+
+#include "communicator.hpp"
+
+namespace hvd::core {
+namespace {
+
+const fs::path kTestPlugins = HVD_TEST_PLUGIN_DIR;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+EnvLookup env_with(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(PluginLoader, LoadsACPluginAndReadsItsTable) {
+  auto plugin = load_plugin(kTestPlugins / "libhvd-backend-kvs.so");
+  ASSERT_TRUE(plugin.ok()) << plugin.status().to_string();
+  EXPECT_EQ(plugin->name, "kvs");
+  EXPECT_EQ(plugin->version, "1.0.0");
+  EXPECT_EQ(plugin->abi_major, 1u);
+  EXPECT_EQ(plugin->capabilities, HVD_CAP_HOST_MEMORY);
+  // Loading again returns the same table: the library is loaded once and never unloaded.
+  EXPECT_EQ(load_plugin(kTestPlugins / "libhvd-backend-kvs.so")->table, plugin->table);
+}
+
+TEST(PluginLoader, SearchPathIsHvdPluginPathThenTheInstallLocation) {
+  auto dirs = plugin_search_path(env_with({{"HVD_PLUGIN_PATH", "/a:/b::/c"}}));
+  ASSERT_EQ(dirs.size(), 4u);
+  EXPECT_EQ(dirs[0], "/a");
+  EXPECT_EQ(dirs[1], "/b");
+  EXPECT_EQ(dirs[2], "/c");
+  EXPECT_EQ(dirs[3].filename(), "hvd");  // <libdir>/hvd of this build tree
+}
+
+TEST(PluginLoader, AFileThatIsNotALibraryIsRejectedWithTheLoaderMessage) {
+  auto plugin = load_plugin(kTestPlugins / "libhvd-backend-garbage.so");
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_EQ(plugin.status().code(), HVD_ERR_PLUGIN);
+  EXPECT_TRUE(contains(plugin.status().message(), "cannot be loaded as a shared library"))
+      << plugin.status().message();
+  EXPECT_TRUE(contains(plugin.status().message(), "libhvd-backend-garbage.so"));
+}
+
+TEST(PluginLoader, ALibraryWithoutTheEntrySymbolIsNotAPlugin) {
+  auto plugin = load_plugin(kTestPlugins / "libhvd-backend-noentry.so");
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_EQ(plugin.status().code(), HVD_ERR_PLUGIN);
+  EXPECT_TRUE(contains(plugin.status().message(),
+                       "not an hvd backend plugin: it does not export hvd_backend_entry_v1"))
+      << plugin.status().message();
+}
+
+TEST(PluginLoader, AnAbiMajorMismatchNamesBothVersions) {
+  auto plugin = load_plugin(kTestPlugins / "libhvd-backend-abi2.so");
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_TRUE(contains(plugin.status().message(),
+                       "it was built for hvd backend ABI 2 (it exports hvd_backend_entry_v2) but "
+                       "this hvd speaks ABI 1.0"))
+      << plugin.status().message();
+}
+
+TEST(PluginLoader, AMissingFileIsNotFound) {
+  EXPECT_EQ(load_plugin("/nonexistent/libhvd-backend-x.so").status().code(), HVD_ERR_NOT_FOUND);
+}
+
+TEST(PluginLoader, AnUnknownBackendListsWhatExistsAndWhereItLooked) {
+  auto plugin = resolve_backend("nope", {kTestPlugins, "/nonexistent"});
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_EQ(plugin.status().code(), HVD_ERR_NOT_FOUND);
+  EXPECT_EQ(plugin.status().message(),
+            "unknown backend 'nope': no libhvd-backend-nope.so in the plugin search path. "
+            "Available backends: failinit, kvs. Searched: " +
+                kTestPlugins.string() +
+                ", /nonexistent (HVD_PLUGIN_PATH adds directories; HVD_BACKEND may also be a file "
+                "path)");
+}
+
+TEST(PluginLoader, ScanReportsGoodAndBadPlugins) {
+  PluginScan scan = scan_plugins({kTestPlugins});
+  ASSERT_EQ(scan.plugins.size(), 2u);
+  EXPECT_EQ(scan.plugins[0].name, "failinit");
+  EXPECT_EQ(scan.plugins[1].name, "kvs");
+  // failinit loads fine (it fails only at init); abi2, garbage and noentry do not load.
+  ASSERT_EQ(scan.failures.size(), 3u);
+  EXPECT_EQ(scan.failures[0].path.filename(), "libhvd-backend-abi2.so");
+  EXPECT_EQ(scan.failures[1].path.filename(), "libhvd-backend-garbage.so");
+  EXPECT_EQ(scan.failures[2].path.filename(), "libhvd-backend-noentry.so");
+}
+
+TEST(PluginLoader, ResolvesAPathDirectly) {
+  auto plugin = resolve_backend((kTestPlugins / "libhvd-backend-kvs.so").string(), {});
+  ASSERT_TRUE(plugin.ok()) << plugin.status().to_string();
+  EXPECT_EQ(plugin->name, "kvs");
+}
+
+// ---- agreement between ranks --------------------------------------------------------------
+
+TEST(BackendAgreement, SameChoiceEverywhereAgrees) {
+  EXPECT_TRUE(check_backend_agreement({"ok\ngloo 1 (ABI 1.0)", "ok\ngloo 1 (ABI 1.0)"}).ok());
+}
+
+TEST(BackendAgreement, DifferentChoicesNameEveryGroup) {
+  Status s = check_backend_agreement({"ok\ngloo 1 (ABI 1.0)", "ok\nkvs 1 (ABI 1.0)",
+                                      "ok\ngloo 1 (ABI 1.0)", "ok\ngloo 2 (ABI 1.1)"});
+  EXPECT_EQ(s.code(), HVD_ERR_MISMATCH);
+  EXPECT_EQ(s.message(),
+            "ranks chose different backends: ranks 0, 2 use gloo 1 (ABI 1.0); rank 1 uses kvs 1 "
+            "(ABI 1.0); rank 3 uses gloo 2 (ABI 1.1). Every rank must load the same backend, "
+            "plugin version and ABI version (set the same HVD_BACKEND and HVD_PLUGIN_PATH on "
+            "every rank).");
+}
+
+TEST(BackendAgreement, ALoadFailureAnywhereFailsEveryRankWithItsMessage) {
+  const std::string failed =
+      describe_backend_choice(Status(HVD_ERR_NOT_FOUND, "unknown backend 'x'"));
+  Status s = check_backend_agreement({"ok\ngloo 1 (ABI 1.0)", failed, failed});
+  EXPECT_EQ(s.code(), HVD_ERR_NOT_FOUND);
+  EXPECT_EQ(s.message(), "no backend on ranks 1, 2: unknown backend 'x'");
+}
+
+// ---- a single-process communicator --------------------------------------------------------
+
+TEST(Communicator, InitFailureCarriesThePluginsMessage) {
+  auto comm = Communicator::create(
+      {}, env_with({{"HVD_BACKEND", "failinit"}, {"HVD_PLUGIN_PATH", kTestPlugins.string()}}));
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), HVD_ERR_SYSTEM);
+  EXPECT_EQ(
+      comm.status().message(),
+      "init on backend 'failinit' failed: failinit: this test plugin always refuses to start");
+}
+
+TEST(Communicator, ASingleProcessNeedsNoRendezvous) {
+  CommOptions options;
+  options.backend = (kTestPlugins / "libhvd-backend-kvs.so").string();
+  auto comm = Communicator::create(options, env_with({}));
+  ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+  int32_t value = 41;
+  hvd_collective_args args{};
+  args.sendbuf = &value;
+  args.recvbuf = &value;
+  args.count = 1;
+  args.dtype = HVD_INT32;
+  args.op = HVD_MAX;
+  EXPECT_TRUE((*comm)->allreduce(args).ok());
+  EXPECT_EQ(value, 41);
+  EXPECT_TRUE((*comm)->barrier().ok());
+}
+
+TEST(Communicator, SeveralRanksWithoutRendezvousIsAClearError) {
+  auto comm = Communicator::create({}, env_with({{"HVD_RANK", "0"}, {"HVD_SIZE", "2"}}));
+  ASSERT_FALSE(comm.ok());
+  EXPECT_TRUE(contains(comm.status().message(), "HVD_RENDEZVOUS_ADDR is not set"))
+      << comm.status().message();
+}
+
+TEST(Communicator, RendezvousWithoutSecretIsAClearError) {
+  auto comm = Communicator::create(
+      {}, env_with({{"HVD_RANK", "1"}, {"HVD_SIZE", "2"}, {"HVD_RENDEZVOUS_ADDR", "127.0.0.1:1"}}));
+  ASSERT_FALSE(comm.ok());
+  EXPECT_TRUE(contains(comm.status().message(), "HVD_SECRET is not")) << comm.status().message();
+}
+
+}  // namespace
+}  // namespace hvd::core
