@@ -96,9 +96,9 @@ Result<Bytes> recv_frame(int fd, Deadline deadline) {
 }
 
 Bytes reply(hvd_status code, const Bytes& body) {
-  Bytes out;
-  out.push_back(static_cast<char>(code));
-  out.insert(out.end(), body.begin(), body.end());
+  Bytes out(1 + body.size());
+  out[0] = static_cast<char>(code);
+  if (!body.empty()) std::memcpy(out.data() + 1, body.data(), body.size());
   return out;
 }
 Bytes reply_error(const Status& status) {

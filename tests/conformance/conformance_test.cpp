@@ -87,7 +87,7 @@ class Buffer {
       case HVD_FLOAT32:
         store(p, static_cast<float>(v));
         break;
-      case HVD_FLOAT64:
+      default:  // HVD_FLOAT64
         store(p, static_cast<double>(v));
         break;
     }
@@ -109,10 +109,9 @@ class Buffer {
         return hvd_bfloat16_to_float(load<uint16_t>(p));
       case HVD_FLOAT32:
         return load<float>(p);
-      case HVD_FLOAT64:
+      default:  // HVD_FLOAT64
         return load<double>(p);
     }
-    return -1;
   }
 
  private:
@@ -166,7 +165,7 @@ int64_t expected_reduction(hvd_reduce_op op, hvd_dtype dtype, int size, uint64_t
       case HVD_MIN:
         acc = std::min(acc, v);
         break;
-      case HVD_MAX:
+      default:  // HVD_MAX
         acc = std::max(acc, v);
         break;
     }

@@ -12,6 +12,11 @@
 extern "C" {
 #endif
 
+/* Every enum carries two sentinels that are not values: they pin it to 32 signed bits, so its
+ * size is fixed in the ABI and any int32 a C caller passes is a representable (and then
+ * validated) value in C++ too. */
+#define HVD_ENUM_RANGE(prefix) prefix##ENUM_MIN_ = -0x7fffffff - 1, prefix##ENUM_MAX_ = 0x7fffffff
+
 /* Status codes. HVD_SUCCESS is 0; every other value is an error whose message is available
  * through the channel of the boundary that returned it (hvd_last_error() for the public API,
  * hvd_host_services.set_error for plugins). */
@@ -27,7 +32,8 @@ typedef enum hvd_status {
   HVD_ERR_SYSTEM = 8,           /* the operating system or a library refused (socket, memory) */
   HVD_ERR_INTERNAL = 9,         /* a bug: an invariant broke or an unexpected exception escaped */
   HVD_ERR_STATE = 10,           /* the call is not valid now (finalized communicator, ...) */
-  HVD_ERR_IN_PROGRESS = 11      /* an asynchronous operation has not completed yet */
+  HVD_ERR_IN_PROGRESS = 11,     /* an asynchronous operation has not completed yet */
+  HVD_ENUM_RANGE(HVD_STATUS_)
 } hvd_status;
 
 /* Element types. Sizes: hvd_dtype_size(). */
@@ -39,7 +45,8 @@ typedef enum hvd_dtype {
   HVD_FLOAT16 = 4,  /* IEEE 754 binary16 */
   HVD_BFLOAT16 = 5, /* the upper 16 bits of a binary32 */
   HVD_FLOAT32 = 6,
-  HVD_FLOAT64 = 7
+  HVD_FLOAT64 = 7,
+  HVD_ENUM_RANGE(HVD_DTYPE_)
 } hvd_dtype;
 #define HVD_DTYPE_COUNT 8
 
@@ -50,21 +57,24 @@ typedef enum hvd_reduce_op {
   HVD_AVERAGE = 1,
   HVD_MIN = 2,
   HVD_MAX = 3,
-  HVD_PRODUCT = 4
+  HVD_PRODUCT = 4,
+  HVD_ENUM_RANGE(HVD_REDUCE_OP_)
 } hvd_reduce_op;
 #define HVD_REDUCE_OP_COUNT 5
 
 /* Where a buffer lives. */
 typedef enum hvd_memory_type {
   HVD_MEMORY_HOST = 0, /* pageable or pinned host memory */
-  HVD_MEMORY_CUDA = 1  /* CUDA device memory on the device named by the accompanying id */
+  HVD_MEMORY_CUDA = 1, /* CUDA device memory on the device named by the accompanying id */
+  HVD_ENUM_RANGE(HVD_MEMORY_)
 } hvd_memory_type;
 
 typedef enum hvd_log_level {
   HVD_LOG_ERROR = 0,
   HVD_LOG_WARNING = 1,
   HVD_LOG_INFO = 2,
-  HVD_LOG_DEBUG = 3
+  HVD_LOG_DEBUG = 3,
+  HVD_ENUM_RANGE(HVD_LOG_)
 } hvd_log_level;
 
 /* Size in bytes of one element of `dtype`, or 0 when `dtype` is not a valid hvd_dtype. */
