@@ -54,6 +54,25 @@ Result<AddrInfoPtr> resolve(const HostPort& where, bool passive) {
   return AddrInfoPtr(info);
 }
 
+// The numeric local address and port of a socket.
+HostPort socket_address(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return {};
+  char text[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
+    return HostPort{text, ntohs(v4->sin_port)};
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+    return HostPort{text, ntohs(v6->sin6_port)};
+  }
+  return {};
+}
+
 }  // namespace
 
 Fd& Fd::operator=(Fd&& other) noexcept {
@@ -114,23 +133,7 @@ Result<Fd> listen_tcp(const HostPort& where, HostPort* bound) {
       last = system_error("listen " + where.to_string());
       continue;
     }
-    if (bound != nullptr) {
-      sockaddr_storage addr{};
-      socklen_t len = sizeof addr;
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-      char text[INET6_ADDRSTRLEN] = {};
-      uint16_t port = 0;
-      if (addr.ss_family == AF_INET) {
-        const auto* v4 = reinterpret_cast<const sockaddr_in*>(&addr);
-        ::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
-        port = ntohs(v4->sin_port);
-      } else {
-        const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&addr);
-        ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
-        port = ntohs(v6->sin6_port);
-      }
-      *bound = HostPort{text, port};
-    }
+    if (bound != nullptr) *bound = socket_address(fd.get());
     return fd;
   }
   return last;
@@ -160,19 +163,7 @@ Result<Fd> connect_tcp(const HostPort& where, Deadline deadline) {
   }
 }
 
-std::string local_address_of(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
-  char text[INET6_ADDRSTRLEN] = {};
-  if (addr.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, text, sizeof text);
-  } else if (addr.ss_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, text,
-                sizeof text);
-  }
-  return text;
-}
+std::string local_address_of(int fd) { return socket_address(fd).host; }
 
 Status send_all(int fd, const void* data, size_t size, Deadline deadline) {
   const char* p = static_cast<const char*>(data);

@@ -2,33 +2,27 @@
 
 #include <gtest/gtest.h>
 
+#include "fake_env.hpp"
+
 #include <map>
 
 namespace hvd::core {
 namespace {
 
-EnvLookup fake(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
-
 TEST(DiscoverWorld, DefaultsToASingleProcess) {
-  auto world = discover_world(fake({}));
+  auto world = discover_world(fake_env({}));
   ASSERT_TRUE(world.ok());
   EXPECT_EQ(world->rank, 0);
   EXPECT_EQ(world->size, 1);
 }
 
 TEST(DiscoverWorld, HvdVariablesWinOverLaunchers) {
-  auto world = discover_world(fake({{"HVD_RANK", "2"},
-                                    {"HVD_SIZE", "3"},
-                                    {"HVD_LOCAL_RANK", "0"},
-                                    {"HVD_LOCAL_SIZE", "1"},
-                                    {"OMPI_COMM_WORLD_RANK", "0"},
-                                    {"OMPI_COMM_WORLD_SIZE", "8"}}));
+  auto world = discover_world(fake_env({{"HVD_RANK", "2"},
+                                        {"HVD_SIZE", "3"},
+                                        {"HVD_LOCAL_RANK", "0"},
+                                        {"HVD_LOCAL_SIZE", "1"},
+                                        {"OMPI_COMM_WORLD_RANK", "0"},
+                                        {"OMPI_COMM_WORLD_SIZE", "8"}}));
   ASSERT_TRUE(world.ok()) << world.status().to_string();
   EXPECT_EQ(world->rank, 2);
   EXPECT_EQ(world->size, 3);
@@ -38,26 +32,26 @@ TEST(DiscoverWorld, HvdVariablesWinOverLaunchers) {
 }
 
 TEST(DiscoverWorld, ReadsOpenMpiPmiAndSlurm) {
-  auto ompi = discover_world(fake({{"OMPI_COMM_WORLD_RANK", "5"},
-                                   {"OMPI_COMM_WORLD_SIZE", "8"},
-                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}));
+  auto ompi = discover_world(fake_env({{"OMPI_COMM_WORLD_RANK", "5"},
+                                       {"OMPI_COMM_WORLD_SIZE", "8"},
+                                       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}));
   ASSERT_TRUE(ompi.ok());
   EXPECT_EQ(ompi->rank, 5);
   EXPECT_EQ(ompi->local_rank, 1);
   EXPECT_EQ(ompi->local_size, 4);
   EXPECT_EQ(ompi->source, "Open MPI");
 
-  auto pmi = discover_world(fake({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}));
+  auto pmi = discover_world(fake_env({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}));
   ASSERT_TRUE(pmi.ok());
   EXPECT_EQ(pmi->source, "PMI");
   EXPECT_EQ(pmi->local_size, 2);  // no local information: one host assumed
 
-  auto slurm = discover_world(fake({{"SLURM_PROCID", "6"},
-                                    {"SLURM_NTASKS", "7"},
-                                    {"SLURM_LOCALID", "0"},
-                                    {"SLURM_NODEID", "3"},
-                                    {"SLURM_TASKS_PER_NODE", "2(x3),1"}}));
+  auto slurm = discover_world(fake_env({{"SLURM_PROCID", "6"},
+                                        {"SLURM_NTASKS", "7"},
+                                        {"SLURM_LOCALID", "0"},
+                                        {"SLURM_NODEID", "3"},
+                                        {"SLURM_TASKS_PER_NODE", "2(x3),1"}}));
   ASSERT_TRUE(slurm.ok()) << slurm.status().to_string();
   EXPECT_EQ(slurm->rank, 6);
   EXPECT_EQ(slurm->local_size, 1);
@@ -65,35 +59,35 @@ TEST(DiscoverWorld, ReadsOpenMpiPmiAndSlurm) {
 }
 
 TEST(DiscoverWorld, AcceptsHorovodSpellings) {
-  auto world = discover_world(fake({{"HOROVOD_RANK", "1"}, {"HOROVOD_SIZE", "2"}}));
+  auto world = discover_world(fake_env({{"HOROVOD_RANK", "1"}, {"HOROVOD_SIZE", "2"}}));
   ASSERT_TRUE(world.ok());
   EXPECT_EQ(world->rank, 1);
 }
 
 TEST(DiscoverWorld, RejectsMalformedValuesWithTheVariableName) {
-  auto half = discover_world(fake({{"HVD_RANK", "0"}}));
+  auto half = discover_world(fake_env({{"HVD_RANK", "0"}}));
   EXPECT_EQ(half.status().message(), "HVD_RANK is set but HVD_SIZE is not: set both");
-  auto text = discover_world(fake({{"HVD_RANK", "one"}, {"HVD_SIZE", "2"}}));
+  auto text = discover_world(fake_env({{"HVD_RANK", "one"}, {"HVD_SIZE", "2"}}));
   EXPECT_EQ(text.status().message(), "HVD_RANK='one' is not a non-negative integer");
-  auto outside = discover_world(fake({{"HVD_RANK", "3"}, {"HVD_SIZE", "3"}}));
+  auto outside = discover_world(fake_env({{"HVD_RANK", "3"}, {"HVD_SIZE", "3"}}));
   EXPECT_EQ(outside.status().message(), "HVD_RANK=3 is not a rank of HVD_SIZE=3");
-  auto local = discover_world(fake(
+  auto local = discover_world(fake_env(
       {{"HVD_RANK", "0"}, {"HVD_SIZE", "2"}, {"HVD_LOCAL_RANK", "2"}, {"HVD_LOCAL_SIZE", "2"}}));
   EXPECT_EQ(local.status().code(), HVD_ERR_INVALID_ARGUMENT);
 }
 
 TEST(Knob, HvdNameWinsOverHorovodName) {
-  EXPECT_EQ(*knob(fake({{"HVD_TIMEOUT", "1"}, {"HOROVOD_TIMEOUT", "2"}}), "TIMEOUT"), "1");
-  EXPECT_EQ(*knob(fake({{"HOROVOD_TIMEOUT", "2"}}), "TIMEOUT"), "2");
-  EXPECT_FALSE(knob(fake({}), "TIMEOUT").has_value());
+  EXPECT_EQ(*knob(fake_env({{"HVD_TIMEOUT", "1"}, {"HOROVOD_TIMEOUT", "2"}}), "TIMEOUT"), "1");
+  EXPECT_EQ(*knob(fake_env({{"HOROVOD_TIMEOUT", "2"}}), "TIMEOUT"), "2");
+  EXPECT_FALSE(knob(fake_env({}), "TIMEOUT").has_value());
 }
 
 TEST(Timeout, ParsesSecondsAndRejectsNonsense) {
-  EXPECT_EQ(timeout_from_env(fake({}))->count(), 30000);
-  EXPECT_EQ(timeout_from_env(fake({{"HVD_TIMEOUT", "2.5"}}))->count(), 2500);
-  EXPECT_EQ(timeout_from_env(fake({{"HVD_TIMEOUT", "0"}})).status().code(),
+  EXPECT_EQ(timeout_from_env(fake_env({}))->count(), 30000);
+  EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "2.5"}}))->count(), 2500);
+  EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "0"}})).status().code(),
             HVD_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(timeout_from_env(fake({{"HVD_TIMEOUT", "soon"}})).status().message(),
+  EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "soon"}})).status().message(),
             "HVD_TIMEOUT='soon' is not a positive number of seconds");
 }
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "fake_env.hpp"
+
 #include "communicator.hpp"
 
 namespace hvd::core {
@@ -11,14 +13,6 @@ const fs::path kTestPlugins = HVD_TEST_PLUGIN_DIR;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
-}
-
-EnvLookup env_with(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
 }
 
 TEST(PluginLoader, LoadsACPluginAndReadsItsTable) {
@@ -33,7 +27,7 @@ TEST(PluginLoader, LoadsACPluginAndReadsItsTable) {
 }
 
 TEST(PluginLoader, SearchPathIsHvdPluginPathThenTheInstallLocation) {
-  auto dirs = plugin_search_path(env_with({{"HVD_PLUGIN_PATH", "/a:/b::/c"}}));
+  auto dirs = plugin_search_path(fake_env({{"HVD_PLUGIN_PATH", "/a:/b::/c"}}));
   ASSERT_EQ(dirs.size(), 4u);
   EXPECT_EQ(dirs[0], "/a");
   EXPECT_EQ(dirs[1], "/b");
@@ -131,7 +125,7 @@ TEST(BackendAgreement, ALoadFailureAnywhereFailsEveryRankWithItsMessage) {
 
 TEST(Communicator, InitFailureCarriesThePluginsMessage) {
   auto comm = Communicator::create(
-      {}, env_with({{"HVD_BACKEND", "failinit"}, {"HVD_PLUGIN_PATH", kTestPlugins.string()}}));
+      {}, fake_env({{"HVD_BACKEND", "failinit"}, {"HVD_PLUGIN_PATH", kTestPlugins.string()}}));
   ASSERT_FALSE(comm.ok());
   EXPECT_EQ(comm.status().code(), HVD_ERR_SYSTEM);
   EXPECT_EQ(
@@ -142,7 +136,7 @@ TEST(Communicator, InitFailureCarriesThePluginsMessage) {
 TEST(Communicator, ASingleProcessNeedsNoRendezvous) {
   CommOptions options;
   options.backend = (kTestPlugins / "libhvd-backend-kvs.so").string();
-  auto comm = Communicator::create(options, env_with({}));
+  auto comm = Communicator::create(options, fake_env({}));
   ASSERT_TRUE(comm.ok()) << comm.status().to_string();
   int32_t value = 41;
   hvd_collective_args args{};
@@ -157,7 +151,7 @@ TEST(Communicator, ASingleProcessNeedsNoRendezvous) {
 }
 
 TEST(Communicator, SeveralRanksWithoutRendezvousIsAClearError) {
-  auto comm = Communicator::create({}, env_with({{"HVD_RANK", "0"}, {"HVD_SIZE", "2"}}));
+  auto comm = Communicator::create({}, fake_env({{"HVD_RANK", "0"}, {"HVD_SIZE", "2"}}));
   ASSERT_FALSE(comm.ok());
   EXPECT_TRUE(contains(comm.status().message(), "HVD_RENDEZVOUS_ADDR is not set"))
       << comm.status().message();
@@ -165,7 +159,7 @@ TEST(Communicator, SeveralRanksWithoutRendezvousIsAClearError) {
 
 TEST(Communicator, RendezvousWithoutSecretIsAClearError) {
   auto comm = Communicator::create(
-      {}, env_with({{"HVD_RANK", "1"}, {"HVD_SIZE", "2"}, {"HVD_RENDEZVOUS_ADDR", "127.0.0.1:1"}}));
+      {}, fake_env({{"HVD_RANK", "1"}, {"HVD_SIZE", "2"}, {"HVD_RENDEZVOUS_ADDR", "127.0.0.1:1"}}));
   ASSERT_FALSE(comm.ok());
   EXPECT_TRUE(contains(comm.status().message(), "HVD_SECRET is not")) << comm.status().message();
 }
