@@ -42,7 +42,9 @@ Result<std::vector<Bytes>> exchange(KvStore& store, const std::string& key, cons
                                           " ms (HVD_TIMEOUT): did it start, "
                                           "and does it use the same HVD_RENDEZVOUS_ADDR?");
       }
-      return got.status();
+      // Typically the rendezvous host (rank 0 or hvdrun) gave up or died first.
+      return got.status().with_context("while waiting for rank " + std::to_string(r) +
+                                       " to arrive");
     }
     all[static_cast<size_t>(r)] = std::move(got).value();
   }

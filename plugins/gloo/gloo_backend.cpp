@@ -57,7 +57,8 @@ class HostStore final : public gloo::rendezvous::Store {
 };
 
 // Run a Gloo call, turning its exceptions into statuses: I/O errors mean a peer or the network
-// failed (or a wait timed out); enforce failures are misuse.
+// failed (or a wait timed out); enforce failures are misuse. Gloo names the failed peer by its
+// socket address; a crashed rank is named by hvdrun, which sees it exit.
 template <typename Fn>
 Status run_gloo(const char* what, Fn&& fn) {
   try {
@@ -69,7 +70,8 @@ Status run_gloo(const char* what, Fn&& fn) {
                            message.find("imeout") != std::string::npos;
     return Status(timed_out ? HVD_ERR_TIMEOUT : HVD_ERR_REMOTE,
                   std::string("gloo ") + what + ": " + message +
-                      (timed_out ? "" : " (a peer rank failed or became unreachable)"));
+                      (timed_out ? " (a peer rank did not respond in time)"
+                                 : " (a peer rank failed or became unreachable)"));
   } catch (const gloo::EnforceNotMet& e) {
     return Status(HVD_ERR_INTERNAL, std::string("gloo ") + what + ": " + e.what());
   }
@@ -116,8 +118,10 @@ class GlooBackend {
       context->connectFullMesh(store, device);
       self->context_ = std::move(context);
     });
-    if (!s.ok())
+    if (!s.ok()) {
       return s.with_context("connecting rank " + std::to_string(ctx.rank) + " on " + where);
+    }
+    HVD_RETURN_IF_ERROR(wait_until_all_connected(ctx));
     return self;
   }
 
@@ -201,6 +205,14 @@ class GlooBackend {
 
  private:
   explicit GlooBackend(const hvd::sdk::InitContext& ctx) : rank_(ctx.rank), size_(ctx.size) {}
+
+  // Every rank has finished connectFullMesh once this returns. Without it a rank could leave
+  // init (and exit) while a peer still reads its handshake, failing that peer's init.
+  static Status wait_until_all_connected(const hvd::sdk::InitContext& ctx) {
+    const char mine = 1;
+    std::vector<char> all(static_cast<size_t>(ctx.size));
+    return ctx.host.oob_allgather(&mine, 1, all.data(), ctx.timeout);
+  }
 
   Status allgatherv(const hvd_collective_args& a, size_t element) {
     std::vector<size_t> counts(a.recv_counts, a.recv_counts + size_);
