@@ -92,6 +92,9 @@ int hvd_rank(const hvd_comm* comm) { return comm ? comm->impl->world().rank : -1
 int hvd_size(const hvd_comm* comm) { return comm ? comm->impl->world().size : -1; }
 int hvd_local_rank(const hvd_comm* comm) { return comm ? comm->impl->world().local_rank : -1; }
 int hvd_local_size(const hvd_comm* comm) { return comm ? comm->impl->world().local_size : -1; }
+uint64_t hvd_backend_capabilities(const hvd_comm* comm) {
+  return comm ? comm->impl->plugin().capabilities : 0;
+}
 const char* hvd_backend_name(const hvd_comm* comm) {
   return comm ? comm->impl->plugin().name.c_str() : "";
 }
@@ -111,6 +114,20 @@ hvd_status hvd_allgather(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
   return guarded([&] {
     HVD_RETURN_IF_ERROR(require(comm));
     return comm->impl->allgather(make_args(sendbuf, recvbuf, count, dtype, placement));
+  });
+}
+
+hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
+                          const uint64_t* recv_counts, hvd_dtype dtype,
+                          const hvd_placement* placement) {
+  return guarded([&] {
+    HVD_RETURN_IF_ERROR(require(comm));
+    if (recv_counts == nullptr)
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "allgatherv: recv_counts is NULL");
+    hvd_collective_args args = make_args(sendbuf, recvbuf, 0, dtype, placement);
+    args.count = recv_counts[comm->impl->world().rank];
+    args.recv_counts = recv_counts;
+    return comm->impl->allgather(args);
   });
 }
 

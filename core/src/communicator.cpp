@@ -332,6 +332,25 @@ Status Communicator::validate(const char* what, const hvd_collective_args& a, bo
   if (a.count > (UINT64_MAX / element) / static_cast<uint64_t>(world_.size)) {
     return invalid("count " + std::to_string(a.count) + " overflows the buffer size");
   }
+  if (a.recv_counts != nullptr) {
+    if ((plugin_.capabilities & HVD_CAP_ALLGATHERV) == 0) {
+      return error(HVD_ERR_UNSUPPORTED, std::string(what) + ": backend '" + plugin_.name +
+                                            "' has no allgatherv (capabilities: " +
+                                            capabilities_to_string(plugin_.capabilities) + ")");
+    }
+    uint64_t total = 0;
+    for (int r = 0; r < world_.size; ++r) {
+      const uint64_t n = a.recv_counts[r];
+      if (n > UINT64_MAX / element - total) return invalid("recv_counts overflow the buffer size");
+      total += n;
+    }
+    if (total > 0 && a.recvbuf == nullptr) return invalid("recvbuf is NULL");
+    if (a.recv_counts[world_.rank] != a.count) {
+      return invalid("recv_counts[" + std::to_string(world_.rank) + "] is " +
+                     std::to_string(a.recv_counts[world_.rank]) + " but this rank sends " +
+                     std::to_string(a.count));
+    }
+  }
   const bool needs_send = !uses_root || a.root == world_.rank;
   if (a.count > 0 && (a.recvbuf == nullptr || (needs_send && a.sendbuf == nullptr))) {
     return invalid("buffer is NULL for " + std::to_string(a.count) + " elements");

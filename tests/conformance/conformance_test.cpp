@@ -270,6 +270,49 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, Allgather,
                                                 std::get<1>(p.param));
                          });
 
+// ---- allgatherv: a different count on every rank ----------------------------------------------
+
+TEST_P(Allgather, VariableCountsInRankOrder) {
+  const auto [dtype, in_place] = GetParam();
+  if ((g_comm->capabilities() & HVD_CAP_ALLGATHERV) == 0) {
+    GTEST_SKIP() << "backend '" << g_comm->backend() << "' does not declare HVD_CAP_ALLGATHERV";
+  }
+  const int rank = g_comm->rank();
+  const int size = g_comm->size();
+  for (uint64_t base : counts()) {
+    // Rank r sends base + r elements (rank 0 sends none when base is 0).
+    std::vector<uint64_t> per_rank(static_cast<size_t>(size));
+    std::vector<uint64_t> offset(static_cast<size_t>(size) + 1, 0);
+    for (int r = 0; r < size; ++r) {
+      per_rank[static_cast<size_t>(r)] = base + static_cast<uint64_t>(r);
+      offset[static_cast<size_t>(r) + 1] =
+          offset[static_cast<size_t>(r)] + per_rank[static_cast<size_t>(r)];
+    }
+    const uint64_t mine = per_rank[static_cast<size_t>(rank)];
+    const uint64_t total = offset.back();
+    Buffer send(dtype, mine), recv(dtype, total);
+    for (uint64_t i = 0; i < total; ++i) recv.set(i, 99);
+    for (uint64_t i = 0; i < mine; ++i) send.set(i, gather_value(dtype, rank, i));
+    const void* source = send.data();
+    if (in_place) {
+      for (uint64_t i = 0; i < mine; ++i)
+        recv.set(offset[static_cast<size_t>(rank)] + i, gather_value(dtype, rank, i));
+      source = recv.at(offset[static_cast<size_t>(rank)]);
+    }
+    const std::string what = "base count " + std::to_string(base);
+    hvd::Status s = g_comm->allgatherv(source, recv.data(), per_rank.data(), dtype);
+    ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
+    expect_values(
+        recv, total,
+        [&, dtype = dtype](uint64_t i) {
+          int r = 0;
+          while (offset[static_cast<size_t>(r) + 1] <= i) ++r;
+          return gather_value(dtype, r, i - offset[static_cast<size_t>(r)]);
+        },
+        what);
+  }
+}
+
 // ---- broadcast --------------------------------------------------------------------------------
 
 class Broadcast : public ::testing::TestWithParam<std::tuple<hvd_dtype, bool>> {};
@@ -336,7 +379,26 @@ TEST(Errors, InvalidDtypeAndOpAreRejectedBeforeTheBackend) {
   EXPECT_EQ(value, g_comm->size());
 }
 
+TEST(Errors, InconsistentAllgathervCountsAreRejected) {
+  if ((g_comm->capabilities() & HVD_CAP_ALLGATHERV) == 0) {
+    int32_t value = 1;
+    std::vector<uint64_t> ones(static_cast<size_t>(g_comm->size()), 1);
+    std::vector<int32_t> out(ones.size());
+    hvd::Status s = g_comm->allgatherv(&value, out.data(), ones.data(), HVD_INT32);
+    EXPECT_EQ(s.code(), HVD_ERR_UNSUPPORTED);
+    EXPECT_NE(s.message().find("has no allgatherv"), std::string::npos) << s.message();
+    return;
+  }
+  int32_t value = 1;
+  hvd::Status s = g_comm->allgatherv(&value, &value, nullptr, HVD_INT32);
+  EXPECT_EQ(s.code(), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s.message(), "allgatherv: recv_counts is NULL");
+}
+
 TEST(Errors, CudaMemoryOnAHostOnlyBackendIsUnsupported) {
+  if ((g_comm->capabilities() & HVD_CAP_CUDA_MEMORY) != 0) {
+    GTEST_SKIP() << "backend '" << g_comm->backend() << "' takes CUDA memory";
+  }
   int32_t value = 1;
   const hvd_placement cuda{sizeof(hvd_placement), HVD_MEMORY_CUDA, 0, nullptr};
   hvd::Status s = g_comm->allreduce(&value, &value, 1, HVD_INT32, HVD_SUM, &cuda);

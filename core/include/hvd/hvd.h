@@ -53,11 +53,12 @@ HVD_API hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm);
 /* Release the communicator. Collective. NULL is accepted and ignored. */
 HVD_API hvd_status hvd_finalize(hvd_comm* comm);
 
-HVD_API int hvd_rank(const hvd_comm* comm);                 /* -1 for NULL */
-HVD_API int hvd_size(const hvd_comm* comm);                 /* -1 for NULL */
-HVD_API int hvd_local_rank(const hvd_comm* comm);           /* -1 for NULL */
-HVD_API int hvd_local_size(const hvd_comm* comm);           /* -1 for NULL */
-HVD_API const char* hvd_backend_name(const hvd_comm* comm); /* "" for NULL */
+HVD_API int hvd_rank(const hvd_comm* comm);                      /* -1 for NULL */
+HVD_API int hvd_size(const hvd_comm* comm);                      /* -1 for NULL */
+HVD_API int hvd_local_rank(const hvd_comm* comm);                /* -1 for NULL */
+HVD_API int hvd_local_size(const hvd_comm* comm);                /* -1 for NULL */
+HVD_API const char* hvd_backend_name(const hvd_comm* comm);      /* "" for NULL */
+HVD_API uint64_t hvd_backend_capabilities(const hvd_comm* comm); /* HVD_CAP_* bits; 0 for NULL */
 
 /* recvbuf[i] = op over ranks of sendbuf[i], i < count. In place when sendbuf == recvbuf. */
 HVD_API hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
@@ -65,6 +66,12 @@ HVD_API hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recv
 /* recvbuf[r * count + i] = rank r's sendbuf[i]. In place when sendbuf == recvbuf + rank * count. */
 HVD_API hvd_status hvd_allgather(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
                                  hvd_dtype dtype, const hvd_placement* placement);
+/* Rank r contributes recv_counts[r] elements (the same array on every rank); recvbuf receives
+ * them packed in rank order. In place when sendbuf == recvbuf + this rank's offset. Needs a
+ * backend with HVD_CAP_ALLGATHERV. */
+HVD_API hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
+                                  const uint64_t* recv_counts, hvd_dtype dtype,
+                                  const hvd_placement* placement);
 /* recvbuf[i] = root's sendbuf[i] on every rank. In place when sendbuf == recvbuf. */
 HVD_API hvd_status hvd_broadcast(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
                                  hvd_dtype dtype, int root, const hvd_placement* placement);

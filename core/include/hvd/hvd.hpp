@@ -84,6 +84,7 @@ class Comm {
   int local_rank() const { return hvd_local_rank(comm_); }
   int local_size() const { return hvd_local_size(comm_); }
   std::string backend() const { return hvd_backend_name(comm_); }
+  uint64_t capabilities() const { return hvd_backend_capabilities(comm_); }
   hvd_comm* get() const { return comm_; }
 
   Status allreduce(const void* send, void* recv, uint64_t count, hvd_dtype dtype, hvd_reduce_op op,
@@ -93,6 +94,10 @@ class Comm {
   Status allgather(const void* send, void* recv, uint64_t count, hvd_dtype dtype,
                    const hvd_placement* placement = nullptr) {
     return check(hvd_allgather(comm_, send, recv, count, dtype, placement));
+  }
+  Status allgatherv(const void* send, void* recv, const uint64_t* recv_counts, hvd_dtype dtype,
+                    const hvd_placement* placement = nullptr) {
+    return check(hvd_allgatherv(comm_, send, recv, recv_counts, dtype, placement));
   }
   Status broadcast(const void* send, void* recv, uint64_t count, hvd_dtype dtype, int root,
                    const hvd_placement* placement = nullptr) {

@@ -32,12 +32,6 @@ extern "C" {
 #define HVD_PLUGIN_EXPORT
 #endif
 
-/* Capability bits, hvd_backend_v1.capabilities. */
-#define HVD_CAP_HOST_MEMORY (1ull << 0)    /* buffers in HVD_MEMORY_HOST */
-#define HVD_CAP_CUDA_MEMORY (1ull << 1)    /* buffers in HVD_MEMORY_CUDA, stream-ordered */
-#define HVD_CAP_ALLGATHERV (1ull << 2)     /* allgather honours recv_counts */
-#define HVD_CAP_REDUCE_SCATTER (1ull << 3) /* the reduce_scatter entry is set */
-
 /* Services the host hands a plugin at init. `ctx` is passed back as the first argument of every
  * callback. The table and ctx stay valid until the plugin's finalize returns. Every callback is
  * thread-safe. Keys are private to one communicator: the host prefixes them, so two backends (or

@@ -77,6 +77,12 @@ typedef enum hvd_log_level {
   HVD_ENUM_RANGE(HVD_LOG_)
 } hvd_log_level;
 
+/* Capability bits of a backend (hvd_backend_v1.capabilities, hvd_backend_capabilities()). */
+#define HVD_CAP_HOST_MEMORY (1ull << 0)    /* buffers in HVD_MEMORY_HOST */
+#define HVD_CAP_CUDA_MEMORY (1ull << 1)    /* buffers in HVD_MEMORY_CUDA, stream-ordered */
+#define HVD_CAP_ALLGATHERV (1ull << 2)     /* allgather honours recv_counts */
+#define HVD_CAP_REDUCE_SCATTER (1ull << 3) /* the reduce_scatter entry is set */
+
 /* Size in bytes of one element of `dtype`, or 0 when `dtype` is not a valid hvd_dtype. */
 static inline size_t hvd_dtype_size(int dtype) {
   switch (dtype) {
