@@ -118,10 +118,11 @@ TEST(Agreement, AnUnknownBackendListsTheAvailableOnesOnEveryRank) {
 }
 
 TEST(Failures, ADeadPeerIsAnErrorWellWithinTheTimeout) {
-  // Rank 2 leaves right after init without a word; the others' allreduce must fail, not hang.
+  // Rank 2 leaves right after init without a word; the others' allreduce must fail, not hang,
+  // and finalizing the broken communicator must not wait out the 20 s timeout either.
   Job r = run(kHvdrun + " -np 3 --timeout 20 " + kProbe +
               " --exit-after-init 2=0 --allreduce --exit-zero");
-  EXPECT_LT(r.seconds, 25) << r.output;
+  EXPECT_LT(r.seconds, 10) << r.output;
   for (int rank : {0, 1}) {
     EXPECT_TRUE(
         std::regex_search(r.output, std::regex("rank " + std::to_string(rank) +
