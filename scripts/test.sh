@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install, build with warnings as errors, and run every test; then rebuild with AddressSanitizer
-# and UBSan and run the tests again. Exit status is non-zero if anything fails.
+# and UBSan and run every test again; then with ThreadSanitizer and run the unit, integration and
+# 2-rank conformance tests. Exit status is non-zero if anything fails.
 #
 #   scripts/test.sh            everything
 #   HVD_TEST_SKIP_SANITIZERS=1 scripts/test.sh   the normal build only
@@ -23,4 +24,11 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake --build build-asan -j "$jobs"
   echo "== test under AddressSanitizer + UBSan"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest -j "$jobs" --output-on-failure --timeout 900)
+
+  echo "== build with ThreadSanitizer"
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHVD_WERROR=ON -DHVD_SANITIZE=thread
+  cmake --build build-tsan -j "$jobs"
+  echo "== test under ThreadSanitizer"
+  (cd build-tsan && ctest -j "$jobs" --output-on-failure --timeout 900 \
+                          -R '^(unit|integration)\.|^conformance\..*\.np2$')
 fi
