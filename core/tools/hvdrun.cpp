@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -259,6 +260,7 @@ int main(int argc, char** argv) {
   bool stopping = false;
   auto stop_at = Clock::time_point::max();
   bool killed = false;
+  std::optional<Clock::time_point> drain_deadline;
   auto stop_all = [&](int sig) {
     for (const auto& [pid, rank] : running) ::kill(-pid, sig);
   };
@@ -292,7 +294,6 @@ int main(int argc, char** argv) {
     }
     if (g_signal != 0 && !stopping) {
       std::fprintf(stderr, "hvdrun: got signal %d; stopping all ranks\n", int(g_signal));
-      first_failed_status = (128 + g_signal) << 8;
     }
     if ((first_failed_rank >= 0 || g_signal != 0) && !stopping) {
       stopping = true;
@@ -303,10 +304,10 @@ int main(int argc, char** argv) {
       stop_all(SIGKILL);
       killed = true;
     }
-    // Once every rank is gone, output still held by stray grandchildren gets a short grace.
-    if (running.empty() && !streams.empty()) {
-      static const auto drain_deadline = Clock::now() + std::chrono::seconds(2);
-      if (Clock::now() > drain_deadline) break;
+    // Once every rank is gone, output still held open by stray grandchildren gets a short grace.
+    if (running.empty()) {
+      if (!drain_deadline) drain_deadline = Clock::now() + std::chrono::seconds(2);
+      if (Clock::now() > *drain_deadline) break;
     }
   }
   if (first_failed_rank >= 0) {
