@@ -29,6 +29,7 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHVD_WERROR=ON -DHVD_SANITIZE=thread
   cmake --build build-tsan -j "$jobs"
   echo "== test under ThreadSanitizer"
+  # Not MPI: uninstrumented Open MPI reports a lock-order inversion inside its own btl_tcp.
   (cd build-tsan && ctest -j "$jobs" --output-on-failure --timeout 900 \
-                          -R '^(unit|integration)\.|^conformance\..*\.np2$')
+                          -R '^(unit|integration)\.|^conformance\.(gloo|kvs)\.np2$')
 fi

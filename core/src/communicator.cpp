@@ -121,7 +121,13 @@ struct Communicator::Services {
     return status.code();
   }
 
+  // A self-bootstrapping backend in a job without rendezvous has no store to use.
+  static hvd_status no_store() {
+    return fail(error(HVD_ERR_STATE, "this job has no rendezvous store (HVD_RENDEZVOUS_ADDR)"));
+  }
+
   static hvd_status kv_set(void* ctx, const char* key, const void* value, size_t size) noexcept {
+    if (of(ctx)->store == nullptr) return no_store();
     try {
       const char* bytes = static_cast<const char*>(value);
       const Status s = of(ctx)->store->set(of(ctx)->prefix + key, Bytes(bytes, bytes + size));
@@ -133,6 +139,7 @@ struct Communicator::Services {
 
   static hvd_status kv_get(void* ctx, const char* key, int64_t timeout_ms, void** value,
                            size_t* size) noexcept {
+    if (of(ctx)->store == nullptr) return no_store();
     try {
       Result<Bytes> got =
           of(ctx)->store->get(of(ctx)->prefix + key, std::chrono::milliseconds(timeout_ms));
@@ -151,6 +158,7 @@ struct Communicator::Services {
 
   static hvd_status oob_allgather(void* ctx, const void* send, size_t size, void* recv,
                                   int64_t timeout_ms) noexcept {
+    if (of(ctx)->store == nullptr) return no_store();
     try {
       Services* self = of(ctx);
       const std::string key = self->prefix + "oob/" + std::to_string(self->oob_calls++);
@@ -203,19 +211,33 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
     HVD_ASSIGN_OR_RETURN(comm->timeout_, timeout_from_env(env));
   }
 
-  // Rendezvous: an in-process store for a lone process, else the job's TCP store.
+  const std::string prefix = "hvd/" + std::to_string(g_epoch++) + "/";
+  const std::string spec =
+      options.backend ? *options.backend : knob(env, "BACKEND").value_or("gloo");
+  Result<Plugin> loaded = resolve_backend(spec, plugin_search_path(env));
+  const std::string choice = describe_backend_choice(loaded);
+
+  // Rendezvous: the job's TCP store; an in-process one for a lone process; none at all for a
+  // self-bootstrapping backend (MPI under mpirun), which then checks the agreement itself.
   std::string local_address = "127.0.0.1";
+  bool agree_after_init = false;
   const auto address = knob(env, "RENDEZVOUS_ADDR");
   if (!address) {
     if (world.size > 1) {
-      return error(HVD_ERR_INVALID_ARGUMENT,
-                   "this is rank " + std::to_string(world.rank) + " of " +
-                       std::to_string(world.size) + " (from " + world.source +
-                       ") but HVD_RENDEZVOUS_ADDR is not set: start the job with hvdrun, or set "
-                       "HVD_RENDEZVOUS_ADDR=host:port (rank 0 serves it there) and HVD_SECRET "
-                       "on every rank");
+      if (!loaded.ok()) return loaded.status();  // no one to agree with: report it here
+      if ((loaded->capabilities & HVD_CAP_SELF_BOOTSTRAP) == 0) {
+        return error(HVD_ERR_INVALID_ARGUMENT,
+                     "this is rank " + std::to_string(world.rank) + " of " +
+                         std::to_string(world.size) + " (from " + world.source +
+                         ") but HVD_RENDEZVOUS_ADDR is not set, and backend '" + loaded->name +
+                         "' needs it to find its peers: start the job with hvdrun, or set "
+                         "HVD_RENDEZVOUS_ADDR=host:port (rank 0 serves it there) and HVD_SECRET "
+                         "on every rank");
+      }
+      agree_after_init = true;
+    } else {
+      comm->store_ = std::make_unique<InMemoryStore>();
     }
-    comm->store_ = std::make_unique<InMemoryStore>();
   } else {
     HVD_ASSIGN_OR_RETURN(HostPort where, parse_host_port(*address));
     const auto secret = knob(env, "SECRET");
@@ -237,23 +259,20 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
     local_address = client->local_address();
     comm->store_ = std::move(client);
   }
-  const std::string prefix = "hvd/" + std::to_string(g_epoch++) + "/";
 
-  // Load the backend, then make sure every rank loaded the same one before initializing it:
-  // a disagreement is the same clear error everywhere instead of a hang inside the backend.
-  const std::string spec =
-      options.backend ? *options.backend : knob(env, "BACKEND").value_or("gloo");
-  Result<Plugin> loaded = resolve_backend(spec, plugin_search_path(env));
-  const std::string choice = describe_backend_choice(loaded);
-  std::vector<std::string> choices{choice};
-  if (world.size > 1) {
-    HVD_ASSIGN_OR_RETURN(std::vector<Bytes> all,
-                         exchange(*comm->store_, prefix + "backend-choice",
-                                  Bytes(choice.begin(), choice.end()), world, comm->timeout_));
-    choices.clear();
-    for (const Bytes& b : all) choices.emplace_back(b.begin(), b.end());
+  // Make sure every rank loaded the same backend before initializing it: a disagreement is the
+  // same clear error everywhere instead of a hang inside the backend.
+  if (comm->store_) {
+    std::vector<std::string> choices{choice};
+    if (world.size > 1) {
+      HVD_ASSIGN_OR_RETURN(std::vector<Bytes> all,
+                           exchange(*comm->store_, prefix + "backend-choice",
+                                    Bytes(choice.begin(), choice.end()), world, comm->timeout_));
+      choices.clear();
+      for (const Bytes& b : all) choices.emplace_back(b.begin(), b.end());
+    }
+    HVD_RETURN_IF_ERROR(check_backend_agreement(choices));
   }
-  HVD_RETURN_IF_ERROR(check_backend_agreement(choices));
   comm->plugin_ = std::move(loaded).value();
 
   auto services = std::make_unique<Services>();
@@ -284,10 +303,32 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   HVD_RETURN_IF_ERROR(
       comm->call_backend("init", [&] { return comm->plugin_.table->init(&args, &backend); }));
   comm->backend_ = backend;
+  if (agree_after_init) HVD_RETURN_IF_ERROR(comm->agree_through_backend(choice));
   log(HVD_LOG_INFO, "rank " + std::to_string(world.rank) + "/" + std::to_string(world.size) + " (" +
                         world.source + ") on backend " + comm->plugin_.name + " from " +
                         comm->plugin_.path.string());
   return comm;
+}
+
+Status Communicator::agree_through_backend(const std::string& choice) {
+  // A fixed-size record per rank, gathered by the backend itself.
+  constexpr size_t kRecord = 1024;
+  std::vector<char> mine(kRecord, '\0');
+  std::memcpy(mine.data(), choice.data(), std::min(choice.size(), kRecord - 1));
+  std::vector<char> all(kRecord * static_cast<size_t>(world_.size));
+  hvd_collective_args args{};
+  args.sendbuf = mine.data();
+  args.recvbuf = all.data();
+  args.count = kRecord;
+  args.dtype = HVD_UINT8;
+  args.memory_type = HVD_MEMORY_HOST;
+  args.device = -1;
+  HVD_RETURN_IF_ERROR(
+      allgather(args).with_context("checking that every rank uses the same backend"));
+  std::vector<std::string> choices;
+  for (int r = 0; r < world_.size; ++r)
+    choices.emplace_back(all.data() + kRecord * static_cast<size_t>(r));
+  return check_backend_agreement(choices);
 }
 
 Communicator::~Communicator() {

@@ -46,6 +46,8 @@ class Communicator {
 
  private:
   Communicator() = default;
+  // The agreement check for a job without rendezvous, over the (initialized) backend itself.
+  Status agree_through_backend(const std::string& choice);
   Status validate(const char* what, const hvd_collective_args& args, bool uses_op,
                   bool uses_root) const;
   template <typename Fn>

@@ -206,6 +206,7 @@ std::string capabilities_to_string(uint64_t capabilities) {
       {HVD_CAP_CUDA_MEMORY, "cuda"},
       {HVD_CAP_ALLGATHERV, "allgatherv"},
       {HVD_CAP_REDUCE_SCATTER, "reduce_scatter"},
+      {HVD_CAP_SELF_BOOTSTRAP, "self_bootstrap"},
   };
   std::string out;
   for (const auto& [bit, name] : names) {

@@ -31,11 +31,11 @@ int main(int argc, char** argv) {
   const PluginScan scan = scan_plugins(dirs);
   std::printf("\nBackends (%zu):\n", scan.plugins.size());
   if (!scan.plugins.empty()) {
-    std::printf("  %-10s %-28s %-5s %-26s %s\n", "NAME", "VERSION", "ABI", "CAPABILITIES", "PATH");
+    std::printf("  %-10s %-28s %-5s %-34s %s\n", "NAME", "VERSION", "ABI", "CAPABILITIES", "PATH");
   }
   for (const Plugin& p : scan.plugins) {
     const std::string abi = std::to_string(p.abi_major) + "." + std::to_string(p.abi_minor);
-    std::printf("  %-10s %-28s %-5s %-26s %s\n", p.name.c_str(), p.version.c_str(), abi.c_str(),
+    std::printf("  %-10s %-28s %-5s %-34s %s\n", p.name.c_str(), p.version.c_str(), abi.c_str(),
                 capabilities_to_string(p.capabilities).c_str(), p.path.c_str());
     if (!p.description.empty()) std::printf("  %-10s %s\n", "", p.description.c_str());
   }

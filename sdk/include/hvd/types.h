@@ -82,6 +82,9 @@ typedef enum hvd_log_level {
 #define HVD_CAP_CUDA_MEMORY (1ull << 1)    /* buffers in HVD_MEMORY_CUDA, stream-ordered */
 #define HVD_CAP_ALLGATHERV (1ull << 2)     /* allgather honours recv_counts */
 #define HVD_CAP_REDUCE_SCATTER (1ull << 3) /* the reduce_scatter entry is set */
+#define HVD_CAP_SELF_BOOTSTRAP                                    \
+  (1ull << 4) /* finds its peers itself (MPI under mpirun): a job \
+                 of several ranks needs no rendezvous */
 
 /* Size in bytes of one element of `dtype`, or 0 when `dtype` is not a valid hvd_dtype. */
 static inline size_t hvd_dtype_size(int dtype) {
