@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "log.hpp"
@@ -102,6 +103,63 @@ Status check_backend_agreement(const std::vector<std::string>& choices) {
     return error(HVD_ERR_MISMATCH, message);
   }
   return Status::success();
+}
+
+// ---- a rendezvous made through the launcher ------------------------------------------------
+
+// Under mpirun (or another launcher) without HVD_RENDEZVOUS_ADDR: open a short-lived
+// communicator on a self-bootstrapping backend (HVD_BOOTSTRAP_BACKEND, default mpi), let rank 0
+// serve a store on an address its peers can reach, and broadcast that address and a fresh secret.
+Result<LauncherRendezvous> rendezvous_through_launcher(const World& world,
+                                                       const std::string& for_backend,
+                                                       std::chrono::milliseconds timeout,
+                                                       const EnvLookup& env) {
+  const std::string helper = knob(env, "BOOTSTRAP_BACKEND").value_or("mpi");
+  HVD_ASSIGN_OR_RETURN(Plugin plugin, resolve_backend(helper, plugin_search_path(env)));
+  if ((plugin.capabilities & HVD_CAP_SELF_BOOTSTRAP) == 0) {
+    return error(HVD_ERR_UNSUPPORTED, "bootstrap backend '" + helper +
+                                          "' cannot find its peers by itself (no self_bootstrap)");
+  }
+  CommOptions options;
+  options.backend = plugin.path.string();
+  options.timeout = timeout;
+  options.purpose = "the bootstrap of " + for_backend;
+  HVD_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> bootstrap, Communicator::create(options, env));
+
+  LauncherRendezvous made;
+  constexpr size_t kRecord = 512;
+  std::vector<char> record(kRecord, '\0');
+  if (world.rank == 0) {
+    // An address the other ranks can reach: the named interface, loopback when every rank is
+    // on this host, else the first interface that is up and not loopback.
+    std::string host;
+    if (const auto iface = knob(env, "RENDEZVOUS_IFACE")) {
+      HVD_ASSIGN_OR_RETURN(host, interface_address(*iface));
+    } else if (world.local_size == world.size) {
+      host = "127.0.0.1";
+    } else {
+      host = first_external_address();
+      if (host.empty()) return error(HVD_ERR_SYSTEM, "rank 0 has no network interface that is up");
+    }
+    made.secret = random_secret();
+    HVD_ASSIGN_OR_RETURN(made.server, TcpStoreServer::start(HostPort{host, 0}, made.secret));
+    const std::string text = made.server->address().to_string() + "\n" + made.secret;
+    std::memcpy(record.data(), text.data(), std::min(text.size(), kRecord - 1));
+  }
+  hvd_collective_args args{};
+  args.sendbuf = record.data();
+  args.recvbuf = record.data();
+  args.count = kRecord;
+  args.dtype = HVD_UINT8;
+  args.root = 0;
+  args.device = -1;
+  HVD_RETURN_IF_ERROR(bootstrap->broadcast(args));
+  const std::string text(record.data());
+  const size_t newline = text.find('\n');
+  HVD_ASSIGN_OR_RETURN(made.address, parse_host_port(text.substr(0, newline)));
+  made.secret = text.substr(newline + 1);
+  log(HVD_LOG_INFO, "rendezvous made through '" + helper + "' at " + made.address.to_string());
+  return made;
 }
 
 // ---- host services ------------------------------------------------------------------------
@@ -215,47 +273,62 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   const std::string spec =
       options.backend ? *options.backend : knob(env, "BACKEND").value_or("gloo");
   Result<Plugin> loaded = resolve_backend(spec, plugin_search_path(env));
-  const std::string choice = describe_backend_choice(loaded);
+  std::string choice = describe_backend_choice(loaded);
+  if (loaded.ok() && !options.purpose.empty()) choice += " as " + options.purpose;
 
-  // Rendezvous: the job's TCP store; an in-process one for a lone process; none at all for a
-  // self-bootstrapping backend (MPI under mpirun), which then checks the agreement itself.
-  std::string local_address = "127.0.0.1";
+  // Rendezvous: the job's TCP store, at HVD_RENDEZVOUS_ADDR or made through the launcher; an
+  // in-process one for a lone process; none at all for a self-bootstrapping backend (MPI under
+  // mpirun), which then checks the agreement itself.
+  std::optional<HostPort> where;
+  std::string secret;
   bool agree_after_init = false;
-  const auto address = knob(env, "RENDEZVOUS_ADDR");
-  if (!address) {
-    if (world.size > 1) {
-      if (!loaded.ok()) return loaded.status();  // no one to agree with: report it here
-      if ((loaded->capabilities & HVD_CAP_SELF_BOOTSTRAP) == 0) {
-        return error(HVD_ERR_INVALID_ARGUMENT,
-                     "this is rank " + std::to_string(world.rank) + " of " +
-                         std::to_string(world.size) + " (from " + world.source +
-                         ") but HVD_RENDEZVOUS_ADDR is not set, and backend '" + loaded->name +
-                         "' needs it to find its peers: start the job with hvdrun, or set "
-                         "HVD_RENDEZVOUS_ADDR=host:port (rank 0 serves it there) and HVD_SECRET "
-                         "on every rank");
-      }
-      agree_after_init = true;
-    } else {
-      comm->store_ = std::make_unique<InMemoryStore>();
-    }
-  } else {
-    HVD_ASSIGN_OR_RETURN(HostPort where, parse_host_port(*address));
-    const auto secret = knob(env, "SECRET");
-    if (!secret) {
+  if (const auto address = knob(env, "RENDEZVOUS_ADDR")) {
+    HVD_ASSIGN_OR_RETURN(where, parse_host_port(*address));
+    const auto given = knob(env, "SECRET");
+    if (!given) {
       return error(HVD_ERR_INVALID_ARGUMENT,
                    "HVD_RENDEZVOUS_ADDR is set but HVD_SECRET is not: every rank needs the "
                    "job's shared secret (hvdrun sets both)");
     }
+    secret = *given;
     if (world.rank == 0 && knob(env, "RENDEZVOUS_SERVER").value_or("rank0") != "external") {
-      Result<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::start(where, *secret);
+      Result<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::start(*where, secret);
       if (!server.ok()) {
         return server.status().with_context("rank 0 could not serve the rendezvous at " +
-                                            where.to_string());
+                                            where->to_string());
       }
       comm->server_ = std::move(server).value();
     }
+  } else if (world.size > 1) {
+    if (!loaded.ok()) return loaded.status();  // no one to agree with: report it here
+    if ((loaded->capabilities & HVD_CAP_SELF_BOOTSTRAP) != 0) {
+      agree_after_init = true;
+    } else {
+      Result<LauncherRendezvous> made =
+          rendezvous_through_launcher(world, loaded->name, comm->timeout_, env);
+      if (made.status().code() == HVD_ERR_MISMATCH) return made.status();  // same on every rank
+      if (!made.ok()) {
+        return error(made.status().code(),
+                     "this is rank " + std::to_string(world.rank) + " of " +
+                         std::to_string(world.size) + " (from " + world.source + ") and backend '" +
+                         loaded->name +
+                         "' needs a rendezvous to find its peers, but HVD_RENDEZVOUS_ADDR is not "
+                         "set and none could be made through the launcher (" +
+                         made.status().message() +
+                         "). Start the job with hvdrun, or set HVD_RENDEZVOUS_ADDR=host:port "
+                         "(rank 0 serves it there) and HVD_SECRET on every rank");
+      }
+      where = made->address;
+      secret = made->secret;
+      comm->server_ = std::move(made->server);
+    }
+  } else {
+    comm->store_ = std::make_unique<InMemoryStore>();
+  }
+  std::string local_address = "127.0.0.1";
+  if (where) {
     HVD_ASSIGN_OR_RETURN(std::unique_ptr<TcpStoreClient> client,
-                         TcpStoreClient::connect(where, *secret, comm->timeout_));
+                         TcpStoreClient::connect(*where, secret, comm->timeout_));
     local_address = client->local_address();
     comm->store_ = std::move(client);
   }

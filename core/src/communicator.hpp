@@ -19,6 +19,9 @@ namespace hvd::core {
 struct CommOptions {
   std::optional<std::string> backend;                // else HVD_BACKEND, else "gloo"
   std::optional<std::chrono::milliseconds> timeout;  // else HVD_TIMEOUT
+  // Why this communicator exists, when it is not the job's own ("bootstrap for gloo"): part of
+  // the agreement, so that ranks doing different things fail together instead of deadlocking.
+  std::string purpose;
 };
 
 class Communicator {
@@ -67,6 +70,19 @@ class Communicator {
 #endif  // HVD_CORE_COMMUNICATOR_HPP
 
 namespace hvd::core {
+
+struct LauncherRendezvous {
+  HostPort address;
+  std::string secret;
+  std::unique_ptr<TcpStoreServer> server;  // on rank 0
+};
+// A rendezvous for a job started by a launcher (mpirun) without HVD_RENDEZVOUS_ADDR, made
+// through a self-bootstrapping backend (HVD_BOOTSTRAP_BACKEND, default mpi).
+Result<LauncherRendezvous> rendezvous_through_launcher(const World& world,
+                                                       const std::string& for_backend,
+                                                       std::chrono::milliseconds timeout,
+                                                       const EnvLookup& env);
+
 // What a rank tells the others about its backend at init ("ok\ngloo 0.1.0 (ABI 1.0)" or the
 // load error), and the verdict on every rank's choice: the same Status on every rank.
 std::string describe_backend_choice(const Result<Plugin>& loaded);

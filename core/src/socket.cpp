@@ -1,6 +1,8 @@
 #include "socket.hpp"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -9,6 +11,7 @@
 #include <unistd.h>
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <thread>
 
 namespace hvd::core {
@@ -164,6 +167,56 @@ Result<Fd> connect_tcp(const HostPort& where, Deadline deadline) {
 }
 
 std::string local_address_of(int fd) { return socket_address(fd).host; }
+
+namespace {
+
+// Every (interface, IPv4 address) of this host, in the kernel's order.
+std::vector<std::pair<std::string, std::string>> ipv4_interfaces(bool up_and_external_only) {
+  std::vector<std::pair<std::string, std::string>> found;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return found;
+  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
+    if (up_and_external_only &&
+        ((it->ifa_flags & IFF_UP) == 0 || (it->ifa_flags & IFF_LOOPBACK) != 0)) {
+      continue;
+    }
+    char text[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(it->ifa_addr)->sin_addr, text,
+                sizeof text);
+    found.emplace_back(it->ifa_name, text);
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+}  // namespace
+
+Result<std::string> interface_address(const std::string& iface) {
+  std::string names;
+  for (const auto& [name, address] : ipv4_interfaces(false)) {
+    if (name == iface) return address;
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  return error(HVD_ERR_NOT_FOUND, "no IPv4 interface '" + iface + "' on this host (it has: " +
+                                      (names.empty() ? "none" : names) + ")");
+}
+
+std::string first_external_address() {
+  const auto found = ipv4_interfaces(true);
+  return found.empty() ? "" : found.front().second;
+}
+
+std::string random_secret() {
+  std::random_device device;
+  std::string out;
+  for (int i = 0; i < 4; ++i) {
+    char chunk[9];
+    std::snprintf(chunk, sizeof chunk, "%08x", device());
+    out += chunk;
+  }
+  return out;
+}
 
 Status send_all(int fd, const void* data, size_t size, Deadline deadline) {
   const char* p = static_cast<const char*>(data);

@@ -57,6 +57,15 @@ Result<Fd> connect_tcp(const HostPort& where, Deadline deadline);
 // The local address of a connected socket ("10.0.0.2"): what peers can reach this host at.
 std::string local_address_of(int fd);
 
+// The IPv4 address of network interface `iface` ("eth0"); an error names the interfaces that exist.
+Result<std::string> interface_address(const std::string& iface);
+
+// The first IPv4 address of an interface that is up and not loopback; "" if there is none.
+std::string first_external_address();
+
+// 128 random bits as hex: a job's shared secret.
+std::string random_secret();
+
 Status send_all(int fd, const void* data, size_t size, Deadline deadline);
 Status recv_all(int fd, void* data, size_t size, Deadline deadline);
 

@@ -1,10 +1,12 @@
-// hvdrun: start an N-rank job on this host.
+// hvdrun: start an N-rank job.
 //
 //   hvdrun -np 4 [--backend gloo] [--timeout S] [--plugin-path DIR] [--verbose] -- prog args...
+//   hvdrun -np 4 -H hostA:2,hostB:2 [--backend NAME] -- prog args...      (through mpirun)
 //
-// Hosts the rendezvous store, gives each rank its HVD_* variables and the job's secret, tags
-// each output line with its rank ("[1]<stdout>:..."), and when a rank fails stops the others
-// and exits with that rank's status.
+// Hosts the rendezvous store and gives every rank the job's secret. On this host alone it starts
+// the ranks itself, tags each output line with its rank ("[1]<stdout>:..."), and when a rank
+// fails stops the others and exits with that rank's status. Across hosts (-H, --hostfile), and
+// for the mpi backend, it hands the launch to Open MPI's mpirun, as horovodrun does.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -15,7 +17,6 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@
 extern char** environ;
 
 using namespace hvd::core;
+using hvd::error;
+using hvd::Result;
 
 namespace {
 
@@ -31,6 +34,11 @@ constexpr auto kGracePeriod = std::chrono::seconds(5);
 
 struct Options {
   int np = 0;
+  std::string hosts;     // -H: "hostA:2,hostB:2"
+  std::string hostfile;  // --hostfile
+  std::string mpirun = "mpirun";
+  std::string mpi_args;         // extra mpirun arguments, split on spaces
+  std::string rendezvous_host;  // the address ranks reach hvdrun at (mpirun mode)
   std::string backend;
   std::string timeout;
   std::string plugin_path;
@@ -39,17 +47,26 @@ struct Options {
 };
 
 void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: hvdrun -np N [options] [--] program [args...]\n\n"
-               "Starts N ranks of program on this host, connected through a rendezvous hosted "
-               "by hvdrun.\n\n"
-               "options:\n"
-               "  -np, -n N            number of ranks (required)\n"
-               "  --backend NAME       backend plugin for every rank (sets HVD_BACKEND)\n"
-               "  --timeout SECONDS    bound on every wait (sets HVD_TIMEOUT)\n"
-               "  --plugin-path DIRS   extra plugin directories (sets HVD_PLUGIN_PATH)\n"
-               "  --verbose            print the environment given to the ranks\n"
-               "  -h, --help           this text\n");
+  std::fprintf(
+      out,
+      "usage: hvdrun -np N [options] [--] program [args...]\n\n"
+      "Starts N ranks of program on this host, connected through a rendezvous hosted "
+      "by hvdrun.\n\n"
+      "options:\n"
+      "  -np, -n N            number of ranks (required)\n"
+      "  -H, --hosts LIST     hosts and slots, 'hostA:2,hostB:2': launch through mpirun\n"
+      "  --hostfile FILE      an Open MPI hostfile: launch through mpirun\n"
+      "  --mpirun PATH        the mpirun to use (default: mpirun from PATH)\n"
+      "  --mpi-args 'ARGS'    extra arguments for mpirun (e.g. '--mca btl_tcp_if_include eth0')\n"
+      "  --rendezvous-addr A  the address of this host that every rank can reach (mpirun\n"
+      "                       mode; default: HVD_RENDEZVOUS_IFACE's address, loopback for\n"
+      "                       a local job, else the first interface that is up)\n"
+      "  --backend NAME       backend plugin for every rank (sets HVD_BACKEND)\n"
+      "  --timeout SECONDS    bound on every wait (sets HVD_TIMEOUT)\n"
+      "  --plugin-path DIRS   extra plugin directories (sets HVD_PLUGIN_PATH)\n"
+      "  --verbose            print the environment given to the ranks (and the mpirun\n"
+      "                       command)\n"
+      "  -h, --help           this text\n");
 }
 
 bool parse(int argc, char** argv, Options* o) {
@@ -79,6 +96,21 @@ bool parse(int argc, char** argv, Options* o) {
         return false;
       }
       o->np = static_cast<int>(n);
+    } else if (arg == "-H" || arg == "--hosts" || arg == "-host" || arg == "--host") {
+      if (!(v = value("-H"))) return false;
+      o->hosts = v;
+    } else if (arg == "--hostfile" || arg == "-hostfile") {
+      if (!(v = value("--hostfile"))) return false;
+      o->hostfile = v;
+    } else if (arg == "--mpirun") {
+      if (!(v = value("--mpirun"))) return false;
+      o->mpirun = v;
+    } else if (arg == "--mpi-args") {
+      if (!(v = value("--mpi-args"))) return false;
+      o->mpi_args = v;
+    } else if (arg == "--rendezvous-addr") {
+      if (!(v = value("--rendezvous-addr"))) return false;
+      o->rendezvous_host = v;
     } else if (arg == "--backend") {
       if (!(v = value("--backend"))) return false;
       o->backend = v;
@@ -107,17 +139,6 @@ bool parse(int argc, char** argv, Options* o) {
     return false;
   }
   return true;
-}
-
-std::string random_secret() {
-  std::random_device device;
-  std::string out;
-  for (int i = 0; i < 4; ++i) {
-    char chunk[9];
-    std::snprintf(chunk, sizeof chunk, "%08x", device());
-    out += chunk;
-  }
-  return out;
 }
 
 // One output stream of one rank: a pipe and the partial line not yet printed.
@@ -167,19 +188,100 @@ std::string describe(int status) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Options opt;
-  if (!parse(argc, argv, &opt)) return 2;
+// The address ranks reach this host at, when they may run elsewhere (mpirun mode).
+Result<std::string> rendezvous_host(const Options& opt) {
+  if (!opt.rendezvous_host.empty()) return opt.rendezvous_host;
+  if (const char* iface = std::getenv("HVD_RENDEZVOUS_IFACE")) return interface_address(iface);
+  bool all_local = opt.hostfile.empty();
+  char self[256] = {};
+  ::gethostname(self, sizeof self - 1);
+  for (size_t pos = 0; all_local && pos < opt.hosts.size();) {
+    size_t comma = opt.hosts.find(',', pos);
+    if (comma == std::string::npos) comma = opt.hosts.size();
+    const std::string host = opt.hosts.substr(
+        pos, opt.hosts.find(':', pos) < comma ? opt.hosts.find(':', pos) - pos : comma - pos);
+    all_local = host == "localhost" || host.rfind("127.", 0) == 0 || host == self;
+    pos = comma + 1;
+  }
+  if (all_local) return std::string("127.0.0.1");
+  std::string address = first_external_address();
+  if (address.empty()) {
+    return error(HVD_ERR_SYSTEM, "no network interface is up: pass --rendezvous-addr");
+  }
+  return address;
+}
 
-  const std::string secret = random_secret();
-  auto server = TcpStoreServer::start(HostPort{"127.0.0.1", 0}, secret);
-  if (!server.ok()) {
-    std::fprintf(stderr, "hvdrun: cannot host the rendezvous: %s\n",
-                 server.status().message().c_str());
+// Hand the launch to mpirun: it starts the ranks (Open MPI's variables tell each its rank) and
+// stops the job when one fails. hvd's variables travel by name (-x), so the secret is never on
+// a command line.
+int launch_with_mpirun(const Options& opt, const std::vector<std::string>& job_env) {
+  for (const char* stale : {"HVD_RANK", "HVD_SIZE", "HVD_LOCAL_RANK", "HVD_LOCAL_SIZE"}) {
+    ::unsetenv(stale);  // would override Open MPI's variables in local ranks
+  }
+  std::vector<std::string> argv = {opt.mpirun};
+  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  argv.insert(argv.end(), {"-np", std::to_string(opt.np)});
+  if (!opt.hosts.empty()) {
+    argv.insert(argv.end(), {"-H", opt.hosts});
+  } else if (!opt.hostfile.empty()) {
+    argv.insert(argv.end(), {"--hostfile", opt.hostfile});
+  } else {
+    argv.push_back("--oversubscribe");  // a local job, like hvdrun's own launcher
+  }
+  argv.push_back("--tag-output");
+  for (size_t pos = 0; pos < opt.mpi_args.size();) {
+    const size_t start = opt.mpi_args.find_first_not_of(' ', pos);
+    if (start == std::string::npos) break;
+    const size_t end = std::min(opt.mpi_args.find(' ', start), opt.mpi_args.size());
+    argv.push_back(opt.mpi_args.substr(start, end - start));
+    pos = end;
+  }
+  for (const std::string& entry : job_env) {
+    const std::string name = entry.substr(0, entry.find('='));
+    ::setenv(name.c_str(), entry.c_str() + name.size() + 1, 1);
+    argv.insert(argv.end(), {"-x", name});
+  }
+  argv.insert(argv.end(), opt.command.begin(), opt.command.end());
+  if (opt.verbose) {
+    std::fprintf(stderr, "hvdrun:");
+    for (const auto& a : argv) std::fprintf(stderr, " %s", a.c_str());
+    std::fprintf(stderr, "\n");
+  }
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    std::perror("hvdrun: fork");
     return 1;
   }
-  const std::string address = (*server)->address().to_string();
+  if (pid == 0) {
+    ::execvp(args[0], args.data());
+    const std::string msg = "hvdrun: cannot run '" + opt.mpirun + "' (" + std::strerror(errno) +
+                            "): multi-host jobs need Open MPI (Debian: openmpi-bin)\n";
+    (void)!::write(STDERR_FILENO, msg.data(), msg.size());
+    ::_exit(127);
+  }
+  int status = 0;
+  bool forwarded = false;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return 1;
+    if (g_signal != 0 && !forwarded) {
+      ::kill(pid, SIGTERM);  // mpirun stops every rank
+      forwarded = true;
+    }
+  }
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    std::fprintf(stderr, "hvdrun: job failed: mpirun %s\n", describe(status).c_str());
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
 
+// Start every rank on this host, relay their output, stop all when one fails.
+int launch_locally(const Options& opt, std::vector<std::string> job_env) {
+  job_env.push_back("HVD_SIZE=" + std::to_string(opt.np));
+  job_env.push_back("HVD_LOCAL_SIZE=" + std::to_string(opt.np));
   // Everything the children need is built before fork: the child only calls exec.
   std::vector<std::string> base_env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -191,12 +293,6 @@ int main(int argc, char** argv) {
     }
     base_env.push_back(entry);
   }
-  std::vector<std::string> job_env = {
-      "HVD_SIZE=" + std::to_string(opt.np), "HVD_LOCAL_SIZE=" + std::to_string(opt.np),
-      "HVD_RENDEZVOUS_ADDR=" + address, "HVD_RENDEZVOUS_SERVER=external", "HVD_SECRET=" + secret};
-  if (!opt.backend.empty()) job_env.push_back("HVD_BACKEND=" + opt.backend);
-  if (!opt.timeout.empty()) job_env.push_back("HVD_TIMEOUT=" + opt.timeout);
-  if (!opt.plugin_path.empty()) job_env.push_back("HVD_PLUGIN_PATH=" + opt.plugin_path);
   if (opt.verbose) {
     std::fprintf(stderr, "hvdrun: %d ranks of", opt.np);
     for (const auto& a : opt.command) std::fprintf(stderr, " %s", a.c_str());
@@ -208,12 +304,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, " HVD_RANK=<rank> HVD_LOCAL_RANK=<rank>\n");
   }
 
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGPIPE, SIG_IGN);
-
+  std::vector<std::string> command = opt.command;
   std::vector<char*> args;
-  for (auto& a : opt.command) args.push_back(a.data());
+  for (auto& a : command) args.push_back(a.data());
   args.push_back(nullptr);
 
   std::map<pid_t, int> running;  // pid -> rank
@@ -318,4 +411,40 @@ int main(int argc, char** argv) {
   }
   if (g_signal != 0) return 128 + g_signal;
   return 0;
+}
+
+int main(int argc, char** argv) {
+  Options opt;
+  if (!parse(argc, argv, &opt)) return 2;
+  const bool through_mpirun = !opt.hosts.empty() || !opt.hostfile.empty() || opt.backend == "mpi";
+
+  // The rendezvous: on loopback for a local job; on every interface, advertised at an address
+  // the other hosts can reach, when mpirun may place ranks elsewhere.
+  std::string host = "127.0.0.1";
+  if (through_mpirun) {
+    Result<std::string> chosen = rendezvous_host(opt);
+    if (!chosen.ok()) {
+      std::fprintf(stderr, "hvdrun: %s\n", chosen.status().message().c_str());
+      return 1;
+    }
+    host = *chosen;
+  }
+  const std::string secret = random_secret();
+  auto server = TcpStoreServer::start(HostPort{through_mpirun ? "0.0.0.0" : host, 0}, secret);
+  if (!server.ok()) {
+    std::fprintf(stderr, "hvdrun: cannot host the rendezvous: %s\n",
+                 server.status().message().c_str());
+    return 1;
+  }
+  std::vector<std::string> job_env = {
+      "HVD_RENDEZVOUS_ADDR=" + HostPort{host, (*server)->address().port}.to_string(),
+      "HVD_RENDEZVOUS_SERVER=external", "HVD_SECRET=" + secret};
+  if (!opt.backend.empty()) job_env.push_back("HVD_BACKEND=" + opt.backend);
+  if (!opt.timeout.empty()) job_env.push_back("HVD_TIMEOUT=" + opt.timeout);
+  if (!opt.plugin_path.empty()) job_env.push_back("HVD_PLUGIN_PATH=" + opt.plugin_path);
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  return through_mpirun ? launch_with_mpirun(opt, job_env) : launch_locally(opt, job_env);
 }

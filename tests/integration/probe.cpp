@@ -18,7 +18,9 @@
 #include "hvd/hvd.hpp"
 
 int main(int argc, char** argv) {
+  // The rank as the launcher set it (hvdrun or mpirun), needed before init picks a backend.
   const char* rank_text = std::getenv("HVD_RANK");
+  if (rank_text == nullptr) rank_text = std::getenv("OMPI_COMM_WORLD_RANK");
   const int rank = rank_text != nullptr ? std::atoi(rank_text) : 0;
   std::map<int, std::string> backend_for_rank;
   std::map<int, int> exit_after_init;
@@ -59,7 +61,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (exit_after_init.count(rank)) _exit(exit_after_init[rank]);
   if (allreduce) {
-    int32_t value = rank + 1;
+    int32_t value = comm->rank() + 1;
     hvd::Status s = comm->allreduce(&value, &value, 1, HVD_SUM);
     if (!s.ok()) {
       std::printf("rank %d: allreduce failed: %s\n", rank, s.to_string().c_str());
