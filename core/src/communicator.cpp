@@ -304,19 +304,25 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
     if ((loaded->capabilities & HVD_CAP_SELF_BOOTSTRAP) != 0) {
       agree_after_init = true;
     } else {
+      // Without a launcher to lean on, or when leaning on it failed, say how to give one.
+      auto no_rendezvous = [&](hvd_status code, const std::string& why) {
+        return error(code, "this is rank " + std::to_string(world.rank) + " of " +
+                               std::to_string(world.size) + " (from " + world.source +
+                               ") and backend '" + loaded->name +
+                               "' needs a rendezvous to find its peers, but HVD_RENDEZVOUS_ADDR "
+                               "is not set" +
+                               why +
+                               ". Start the job with hvdrun, or set HVD_RENDEZVOUS_ADDR=host:port "
+                               "(rank 0 serves it there) and HVD_SECRET on every rank");
+      };
+      if (!world.from_launcher) return no_rendezvous(HVD_ERR_INVALID_ARGUMENT, "");
       Result<LauncherRendezvous> made =
           rendezvous_through_launcher(world, loaded->name, comm->timeout_, env);
       if (made.status().code() == HVD_ERR_MISMATCH) return made.status();  // same on every rank
       if (!made.ok()) {
-        return error(made.status().code(),
-                     "this is rank " + std::to_string(world.rank) + " of " +
-                         std::to_string(world.size) + " (from " + world.source + ") and backend '" +
-                         loaded->name +
-                         "' needs a rendezvous to find its peers, but HVD_RENDEZVOUS_ADDR is not "
-                         "set and none could be made through the launcher (" +
-                         made.status().message() +
-                         "). Start the job with hvdrun, or set HVD_RENDEZVOUS_ADDR=host:port "
-                         "(rank 0 serves it there) and HVD_SECRET on every rank");
+        return no_rendezvous(
+            made.status().code(),
+            " and none could be made through the launcher (" + made.status().message() + ")");
       }
       where = made->address;
       secret = made->secret;

@@ -81,6 +81,8 @@ Result<World> discover_world(const EnvLookup& env) {
     }
     World world;
     world.source = source.label;
+    world.from_launcher = std::string(source.rank).rfind("HVD_", 0) != 0 &&
+                          std::string(source.rank).rfind("HOROVOD_", 0) != 0;
     HVD_ASSIGN_OR_RETURN(world.rank, parse_int(source.rank, *rank_text));
     HVD_ASSIGN_OR_RETURN(world.size, parse_int(source.size, *size_text));
     if (world.size < 1 || world.rank >= world.size) {

@@ -25,6 +25,7 @@ struct World {
   int local_rank = 0;
   int local_size = 1;
   std::string source = "default (single process)";
+  bool from_launcher = false;  // Open MPI, PMI or Slurm said so (not hvdrun or the user)
 };
 
 // HVD_RANK/HVD_SIZE/HVD_LOCAL_RANK/HVD_LOCAL_SIZE (set by hvdrun), else Open MPI's

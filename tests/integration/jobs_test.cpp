@@ -37,6 +37,10 @@ Job run(const std::string& command) {
 const std::string kHvdrun = HVD_HVDRUN;
 const std::string kProbe = HVD_PROBE;
 const std::string kTestPlugins = HVD_TEST_PLUGIN_DIR;
+const std::string kMpirun = std::string(HVD_MPIEXEC) + " --allow-run-as-root --oversubscribe";
+
+#define REQUIRE_MPI() \
+  if (std::string(HVD_MPIEXEC).empty()) GTEST_SKIP() << "the mpi backend is not built"
 
 // A port nobody listens on right now: the kernel picks it for a socket we then close.
 std::string free_port() {
@@ -157,6 +161,65 @@ TEST(Rendezvous, RankZeroHostsItWithoutHvdrun) {
               kProbe + " --allreduce & wait)");
   EXPECT_TRUE(has(r.output, "rank 0: allreduce = 3")) << r.output;
   EXPECT_TRUE(has(r.output, "rank 1: allreduce = 3")) << r.output;
+}
+
+// ---- jobs under Open MPI ------------------------------------------------------------------------
+
+TEST(Mpirun, GlooNeedsNoRendezvousVariables) {
+  REQUIRE_MPI();
+  Job r = run(kMpirun + " -np 3 -x HVD_BACKEND=gloo " + kProbe + " --allreduce");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(has(r.output, "rank " + std::to_string(rank) + ": allreduce = 6")) << r.output;
+  }
+}
+
+TEST(Mpirun, RanksWithDifferentBackendsAllFailWithTheSameMessage) {
+  REQUIRE_MPI();
+  // Ranks 0 and 2 run mpi; rank 1 wants gloo and opens an mpi communicator to bootstrap it.
+  Job r = run(kMpirun + " -np 3 -x HVD_BACKEND=mpi " + kProbe +
+              " --backend-for-rank 1=gloo --exit-zero");
+  const auto messages = init_failures(r.output);
+  ASSERT_EQ(messages.size(), 3u) << r.output;
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_EQ(messages[1], messages[2]);
+  EXPECT_TRUE(has(messages[0], "ranks chose different backends: ranks 0, 2 use mpi"))
+      << messages[0];
+  EXPECT_TRUE(has(messages[0], "as the bootstrap of gloo")) << messages[0];
+}
+
+TEST(Mpirun, TheMpiBackendOutsideMpirunSaysToUseIt) {
+  REQUIRE_MPI();
+  Job r = run("HVD_BACKEND=mpi " + kHvdrun + " -np 2 " + kProbe + " --exit-zero");
+  const auto messages = init_failures(r.output);
+  ASSERT_EQ(messages.size(), 2u) << r.output;
+  for (int rank : {0, 1}) {  // lines arrive in any order
+    EXPECT_TRUE(has(r.output, "MPI says this is rank 0 of 1 but hvd was told rank " +
+                                  std::to_string(rank) + " of 2: launch with mpirun"))
+        << r.output;
+  }
+}
+
+TEST(Mpirun, HvdrunLaunchesThroughItForTheMpiBackendAndForHosts) {
+  REQUIRE_MPI();
+  Job r = run(kHvdrun + " -np 3 --verbose --backend mpi " + kProbe + " --allreduce");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(
+      std::regex_search(r.output, std::regex(R"(hvdrun: \S*mpirun .*-np 3 .*-x HVD_SECRET)")))
+      << r.output;
+  EXPECT_FALSE(has(r.output, "HVD_SECRET=")) << "the secret must not appear on a command line";
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(has(r.output, "rank " + std::to_string(rank) + ": allreduce = 6")) << r.output;
+  }
+  r = run(kHvdrun + " -np 2 -H localhost:2 --backend gloo " + kProbe + " --allreduce");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "rank 1: allreduce = 3")) << r.output;
+}
+
+TEST(Mpirun, HvdrunSaysWhenItIsMissing) {
+  Job r = run(kHvdrun + " -np 2 -H hostA:1,hostB:1 --mpirun /nonexistent/mpirun " + kProbe);
+  EXPECT_EQ(r.exit_code, 127) << r.output;
+  EXPECT_TRUE(has(r.output, "multi-host jobs need Open MPI")) << r.output;
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ TEST(DiscoverWorld, HvdVariablesWinOverLaunchers) {
   EXPECT_EQ(world->local_rank, 0);
   EXPECT_EQ(world->local_size, 1);
   EXPECT_EQ(world->source, "HVD_* variables");
+  EXPECT_FALSE(world->from_launcher);
 }
 
 TEST(DiscoverWorld, ReadsOpenMpiPmiAndSlurm) {
@@ -41,6 +42,7 @@ TEST(DiscoverWorld, ReadsOpenMpiPmiAndSlurm) {
   EXPECT_EQ(ompi->local_rank, 1);
   EXPECT_EQ(ompi->local_size, 4);
   EXPECT_EQ(ompi->source, "Open MPI");
+  EXPECT_TRUE(ompi->from_launcher);
 
   auto pmi = discover_world(fake_env({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}));
   ASSERT_TRUE(pmi.ok());
