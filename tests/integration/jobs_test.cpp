@@ -222,4 +222,20 @@ TEST(Mpirun, HvdrunSaysWhenItIsMissing) {
   EXPECT_TRUE(has(r.output, "multi-host jobs need Open MPI")) << r.output;
 }
 
+TEST(Mpirun, AnApplicationThatOwnsMpiKeepsIt) {
+  REQUIRE_MPI();
+  const std::string app = HVD_MPI_APP;
+  Job r = run(kMpirun + " -np 2 " + app + " multiple");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "rank 1: hvd allreduce = 3, application allreduce after hvd = 2"))
+      << r.output;
+  // Too low a thread level is refused, with what to do about it.
+  r = run(kMpirun + " -np 2 " + app + " single");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output,
+                  "MPI provides MPI_THREAD_SINGLE but hvd's mpi backend needs "
+                  "MPI_THREAD_SERIALIZED"))
+      << r.output;
+}
+
 }  // namespace
