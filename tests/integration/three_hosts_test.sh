@@ -62,8 +62,11 @@ esac
 exec ip netns exec "\$ns" sh -c "\$*"
 AGENT
 chmod +x "$work/agent"
+# rtc_hwloc_vmhole=none: several Open MPI daemons on one machine otherwise race to map the
+# shared hwloc topology at the same address, and one occasionally crashes in
+# hwloc_shmem_topology_write (Open MPI 4.1.4).
 mpi_args="--mca plm_rsh_agent $work/agent --mca oob_tcp_if_include $subnet.0/24 \
---mca btl_tcp_if_include $subnet.0/24 --mca btl tcp,self --map-by node"
+--mca btl_tcp_if_include $subnet.0/24 --mca btl tcp,self --map-by node --mca rtc_hwloc_vmhole none"
 # Sanitizer settings (scripts/test.sh) must reach ranks on the other "hosts" too.
 for v in ASAN_OPTIONS LSAN_OPTIONS TSAN_OPTIONS OMPI_MCA_mca_base_component_disable_dlclose; do
   if [ -n "${!v:-}" ]; then mpi_args="$mpi_args -x $v"; fi
