@@ -52,6 +52,18 @@ Result<std::vector<Bytes>> exchange(KvStore& store, const std::string& key, cons
   return all;
 }
 
+// A collective on `count` bytes of host memory (root 0): hvd's own control messages.
+hvd_collective_args host_bytes(const void* send, void* recv, uint64_t count) {
+  hvd_collective_args args{};
+  args.sendbuf = send;
+  args.recvbuf = recv;
+  args.count = count;
+  args.dtype = HVD_UINT8;
+  args.memory_type = HVD_MEMORY_HOST;
+  args.device = -1;
+  return args;
+}
+
 }  // namespace
 
 // ---- agreement on the backend -------------------------------------------------------------
@@ -146,14 +158,7 @@ Result<LauncherRendezvous> rendezvous_through_launcher(const World& world,
     const std::string text = made.server->address().to_string() + "\n" + made.secret;
     std::memcpy(record.data(), text.data(), std::min(text.size(), kRecord - 1));
   }
-  hvd_collective_args args{};
-  args.sendbuf = record.data();
-  args.recvbuf = record.data();
-  args.count = kRecord;
-  args.dtype = HVD_UINT8;
-  args.root = 0;
-  args.device = -1;
-  HVD_RETURN_IF_ERROR(bootstrap->broadcast(args));
+  HVD_RETURN_IF_ERROR(bootstrap->broadcast(host_bytes(record.data(), record.data(), kRecord)));
   const std::string text(record.data());
   const size_t newline = text.find('\n');
   HVD_ASSIGN_OR_RETURN(made.address, parse_host_port(text.substr(0, newline)));
@@ -395,15 +400,8 @@ Status Communicator::agree_through_backend(const std::string& choice) {
   std::vector<char> mine(kRecord, '\0');
   std::memcpy(mine.data(), choice.data(), std::min(choice.size(), kRecord - 1));
   std::vector<char> all(kRecord * static_cast<size_t>(world_.size));
-  hvd_collective_args args{};
-  args.sendbuf = mine.data();
-  args.recvbuf = all.data();
-  args.count = kRecord;
-  args.dtype = HVD_UINT8;
-  args.memory_type = HVD_MEMORY_HOST;
-  args.device = -1;
-  HVD_RETURN_IF_ERROR(
-      allgather(args).with_context("checking that every rank uses the same backend"));
+  HVD_RETURN_IF_ERROR(allgather(host_bytes(mine.data(), all.data(), kRecord))
+                          .with_context("checking that every rank uses the same backend"));
   std::vector<std::string> choices;
   for (int r = 0; r < world_.size; ++r)
     choices.emplace_back(all.data() + kRecord * static_cast<size_t>(r));

@@ -39,6 +39,7 @@ std::optional<int> slurm_tasks_on_node(const std::string& spec, int node) {
 
 struct Source {
   const char* label;
+  bool launcher;  // a process launcher (not hvdrun or the user) set these
   const char* rank;
   const char* size;
   const char* local_rank;
@@ -46,6 +47,18 @@ struct Source {
 };
 
 }  // namespace
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> pieces;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find(separator, pos);
+    if (end == std::string::npos) end = text.size();
+    if (end > pos) pieces.push_back(text.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return pieces;
+}
 
 EnvLookup process_env() {
   return [](const std::string& name) -> std::optional<std::string> {
@@ -62,13 +75,13 @@ std::optional<std::string> knob(const EnvLookup& env, const std::string& name) {
 
 Result<World> discover_world(const EnvLookup& env) {
   const Source sources[] = {
-      {"HVD_* variables", "HVD_RANK", "HVD_SIZE", "HVD_LOCAL_RANK", "HVD_LOCAL_SIZE"},
-      {"HOROVOD_* variables", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
+      {"HVD_* variables", false, "HVD_RANK", "HVD_SIZE", "HVD_LOCAL_RANK", "HVD_LOCAL_SIZE"},
+      {"HOROVOD_* variables", false, "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
        "HOROVOD_LOCAL_SIZE"},
-      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-       "OMPI_COMM_WORLD_LOCAL_SIZE"},
-      {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
+      {"Open MPI", true, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+       "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"PMI", true, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+      {"Slurm", true, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
   };
   for (const Source& source : sources) {
     const auto rank_text = env(source.rank);
@@ -81,8 +94,7 @@ Result<World> discover_world(const EnvLookup& env) {
     }
     World world;
     world.source = source.label;
-    world.from_launcher = std::string(source.rank).rfind("HVD_", 0) != 0 &&
-                          std::string(source.rank).rfind("HOROVOD_", 0) != 0;
+    world.from_launcher = source.launcher;
     HVD_ASSIGN_OR_RETURN(world.rank, parse_int(source.rank, *rank_text));
     HVD_ASSIGN_OR_RETURN(world.size, parse_int(source.size, *size_text));
     if (world.size < 1 || world.rank >= world.size) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hvd/sdk/result.hpp"
 
@@ -14,6 +15,9 @@ namespace hvd::core {
 // Looks a variable up; empty values count as unset. Injected so tests need no real environment.
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
 EnvLookup process_env();
+
+// The non-empty pieces of `text` between `separator`s ("a::b" -> {"a", "b"}).
+std::vector<std::string> split(const std::string& text, char separator);
 
 // An hvd knob: HVD_<name>, else Horovod's spelling HOROVOD_<name>. hvd's name wins.
 std::optional<std::string> knob(const EnvLookup& env, const std::string& name);

@@ -91,13 +91,7 @@ std::string plugin_file_name(const std::string& backend) {
 std::vector<fs::path> plugin_search_path(const EnvLookup& env) {
   std::vector<fs::path> dirs;
   if (auto path = env("HVD_PLUGIN_PATH")) {
-    size_t pos = 0;
-    while (pos <= path->size()) {
-      size_t colon = path->find(':', pos);
-      if (colon == std::string::npos) colon = path->size();
-      if (colon > pos) dirs.emplace_back(path->substr(pos, colon - pos));
-      pos = colon + 1;
-    }
+    for (const std::string& dir : split(*path, ':')) dirs.emplace_back(dir);
   }
   const fs::path installed = install_plugin_dir();
   if (!installed.empty()) dirs.push_back(installed);

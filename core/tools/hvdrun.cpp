@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "env.hpp"
 #include "store.hpp"
 
 extern char** environ;
@@ -191,17 +192,13 @@ std::string describe(int status) {
 // The address ranks reach this host at, when they may run elsewhere (mpirun mode).
 Result<std::string> rendezvous_host(const Options& opt) {
   if (!opt.rendezvous_host.empty()) return opt.rendezvous_host;
-  if (const char* iface = std::getenv("HVD_RENDEZVOUS_IFACE")) return interface_address(iface);
-  bool all_local = opt.hostfile.empty();
+  if (const auto iface = knob(process_env(), "RENDEZVOUS_IFACE")) return interface_address(*iface);
   char self[256] = {};
   ::gethostname(self, sizeof self - 1);
-  for (size_t pos = 0; all_local && pos < opt.hosts.size();) {
-    size_t comma = opt.hosts.find(',', pos);
-    if (comma == std::string::npos) comma = opt.hosts.size();
-    const std::string host = opt.hosts.substr(
-        pos, opt.hosts.find(':', pos) < comma ? opt.hosts.find(':', pos) - pos : comma - pos);
-    all_local = host == "localhost" || host.rfind("127.", 0) == 0 || host == self;
-    pos = comma + 1;
+  bool all_local = opt.hostfile.empty();
+  for (const std::string& entry : split(opt.hosts, ',')) {  // "host" or "host:slots"
+    const std::string host = entry.substr(0, entry.find(':'));
+    all_local = all_local && (host == "localhost" || host.rfind("127.", 0) == 0 || host == self);
   }
   if (all_local) return std::string("127.0.0.1");
   std::string address = first_external_address();
@@ -229,13 +226,7 @@ int launch_with_mpirun(const Options& opt, const std::vector<std::string>& job_e
     argv.push_back("--oversubscribe");  // a local job, like hvdrun's own launcher
   }
   argv.push_back("--tag-output");
-  for (size_t pos = 0; pos < opt.mpi_args.size();) {
-    const size_t start = opt.mpi_args.find_first_not_of(' ', pos);
-    if (start == std::string::npos) break;
-    const size_t end = std::min(opt.mpi_args.find(' ', start), opt.mpi_args.size());
-    argv.push_back(opt.mpi_args.substr(start, end - start));
-    pos = end;
-  }
+  for (const std::string& arg : split(opt.mpi_args, ' ')) argv.push_back(arg);
   for (const std::string& entry : job_env) {
     const std::string name = entry.substr(0, entry.find('='));
     ::setenv(name.c_str(), entry.c_str() + name.size() + 1, 1);

@@ -67,9 +67,8 @@ struct HalfOps {
          half_reduce<HVD_BFLOAT16, HVD_PRODUCT>}};
     for (int t = 0; t < 2; ++t) {
       for (int o = 0; o < HVD_REDUCE_OP_COUNT; ++o) {
-        HVD_RETURN_IF_ERROR(check(
-            MPI_Op_create(fns[t][o], /*commute=*/1, &ops[t][o]),
-            "MPI_Op_create"));
+        HVD_RETURN_IF_ERROR(
+            check(MPI_Op_create(fns[t][o], /*commute=*/1, &ops[t][o]), "MPI_Op_create"));
       }
     }
     return Status::success();

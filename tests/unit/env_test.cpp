@@ -78,6 +78,12 @@ TEST(DiscoverWorld, RejectsMalformedValuesWithTheVariableName) {
   EXPECT_EQ(local.status().code(), HVD_ERR_INVALID_ARGUMENT);
 }
 
+TEST(Split, KeepsNonEmptyPiecesInOrder) {
+  EXPECT_EQ(split("/a:/b::/c:", ':'), (std::vector<std::string>{"/a", "/b", "/c"}));
+  EXPECT_EQ(split("  --mca x  y ", ' '), (std::vector<std::string>{"--mca", "x", "y"}));
+  EXPECT_TRUE(split("", ',').empty());
+}
+
 TEST(Knob, HvdNameWinsOverHorovodName) {
   EXPECT_EQ(*knob(fake_env({{"HVD_TIMEOUT", "1"}, {"HOROVOD_TIMEOUT", "2"}}), "TIMEOUT"), "1");
   EXPECT_EQ(*knob(fake_env({{"HOROVOD_TIMEOUT", "2"}}), "TIMEOUT"), "2");
