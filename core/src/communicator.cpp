@@ -11,9 +11,15 @@
 namespace hvd::core {
 namespace {
 
-// Messages from the plugin (set_error) and from failed host services, for the calling thread.
-thread_local std::string t_plugin_error;
-thread_local std::string t_service_error;
+// What a plugin and the host services reported during this thread's current backend call. A
+// call that reports nothing touches only the flag (the cheapest TLS, no init guard): bench/micro
+// times every call.
+struct CallErrors {
+  std::string plugin;
+  std::string service;
+};
+thread_local CallErrors t_call_errors;
+__attribute__((tls_model("initial-exec"))) thread_local bool t_call_errors_set = false;
 
 // Each hvd_init of a process takes the next epoch; every rank inits the same number of times,
 // so keys of one init never collide with keys of an earlier one on the same store.
@@ -55,6 +61,7 @@ Result<std::vector<Bytes>> exchange(KvStore& store, const std::string& key, cons
 // A collective on `count` bytes of host memory (root 0): hvd's own control messages.
 hvd_collective_args host_bytes(const void* send, void* recv, uint64_t count) {
   hvd_collective_args args{};
+  args.struct_size = sizeof args;
   args.sendbuf = send;
   args.recvbuf = recv;
   args.count = count;
@@ -122,10 +129,10 @@ Status check_backend_agreement(const std::vector<std::string>& choices) {
 // Under mpirun (or another launcher) without HVD_RENDEZVOUS_ADDR: open a short-lived
 // communicator on a self-bootstrapping backend (HVD_BOOTSTRAP_BACKEND, default mpi), let rank 0
 // serve a store on an address its peers can reach, and broadcast that address and a fresh secret.
-Result<LauncherRendezvous> rendezvous_through_launcher(const World& world,
-                                                       const std::string& for_backend,
-                                                       std::chrono::milliseconds timeout,
-                                                       const EnvLookup& env) {
+Result<SharedRendezvous> rendezvous_through_launcher(const World& world,
+                                                     const std::string& for_backend,
+                                                     std::chrono::milliseconds timeout,
+                                                     const EnvLookup& env) {
   const std::string helper = knob(env, "BOOTSTRAP_BACKEND").value_or("mpi");
   HVD_ASSIGN_OR_RETURN(Plugin plugin, resolve_backend(helper, plugin_search_path(env)));
   if ((plugin.capabilities & HVD_CAP_SELF_BOOTSTRAP) == 0) {
@@ -138,7 +145,17 @@ Result<LauncherRendezvous> rendezvous_through_launcher(const World& world,
   options.purpose = "the bootstrap of " + for_backend;
   HVD_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> bootstrap, Communicator::create(options, env));
 
-  LauncherRendezvous made;
+  HVD_ASSIGN_OR_RETURN(SharedRendezvous made,
+                       share_rendezvous(world, env, [&](void* record, size_t size) {
+                         return bootstrap->broadcast(host_bytes(record, record, size));
+                       }));
+  log(HVD_LOG_INFO, "rendezvous made through '" + helper + "' at " + made.address.to_string());
+  return made;
+}
+
+Result<SharedRendezvous> share_rendezvous(const World& world, const EnvLookup& env,
+                                          const BroadcastFromRank0& broadcast) {
+  SharedRendezvous made;
   constexpr size_t kRecord = 512;
   std::vector<char> record(kRecord, '\0');
   if (world.rank == 0) {
@@ -158,12 +175,11 @@ Result<LauncherRendezvous> rendezvous_through_launcher(const World& world,
     const std::string text = made.server->address().to_string() + "\n" + made.secret;
     std::memcpy(record.data(), text.data(), std::min(text.size(), kRecord - 1));
   }
-  HVD_RETURN_IF_ERROR(bootstrap->broadcast(host_bytes(record.data(), record.data(), kRecord)));
+  HVD_RETURN_IF_ERROR(broadcast(record.data(), kRecord));
   const std::string text(record.data());
   const size_t newline = text.find('\n');
   HVD_ASSIGN_OR_RETURN(made.address, parse_host_port(text.substr(0, newline)));
   made.secret = text.substr(newline + 1);
-  log(HVD_LOG_INFO, "rendezvous made through '" + helper + "' at " + made.address.to_string());
   return made;
 }
 
@@ -180,7 +196,8 @@ struct Communicator::Services {
   static Services* of(void* ctx) { return static_cast<Services*>(ctx); }
 
   static hvd_status fail(const Status& status) {
-    t_service_error = status.message();
+    t_call_errors.service = status.message();
+    t_call_errors_set = true;
     return status.code();
   }
 
@@ -254,7 +271,8 @@ struct Communicator::Services {
 
   static void set_error(void* /*ctx*/, const char* message) noexcept {
     try {
-      t_plugin_error = message != nullptr ? message : "";
+      t_call_errors.plugin = message != nullptr ? message : "";
+      t_call_errors_set = true;
     } catch (...) {
     }
   }
@@ -321,7 +339,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
                                "(rank 0 serves it there) and HVD_SECRET on every rank");
       };
       if (!world.from_launcher) return no_rendezvous(HVD_ERR_INVALID_ARGUMENT, "");
-      Result<LauncherRendezvous> made =
+      Result<SharedRendezvous> made =
           rendezvous_through_launcher(world, loaded->name, comm->timeout_, env);
       if (made.status().code() == HVD_ERR_MISMATCH) return made.status();  // same on every rank
       if (!made.ok()) {
@@ -417,16 +435,20 @@ Communicator::~Communicator() {
 
 template <typename Fn>
 Status Communicator::call_backend(const char* what, Fn&& fn) {
-  t_plugin_error.clear();
-  t_service_error.clear();
+  if (t_call_errors_set) {
+    t_call_errors.plugin.clear();
+    t_call_errors.service.clear();
+    t_call_errors_set = false;
+  }
   const hvd_status code = fn();
   if (code == HVD_SUCCESS) return Status::success();
-  std::string message = t_plugin_error;
+  const CallErrors& errors = t_call_errors;
+  std::string message = errors.plugin;
   if (message.empty()) {
     message = std::string("it returned '") + hvd_status_name(code) + "' without a message";
   }
-  if (!t_service_error.empty() && message.find(t_service_error) == std::string::npos) {
-    message += " (" + t_service_error + ")";
+  if (!errors.service.empty() && message.find(errors.service) == std::string::npos) {
+    message += " (" + errors.service + ")";
   }
   const bool known = code > HVD_SUCCESS && code <= HVD_ERR_IN_PROGRESS;
   return error(known ? code : HVD_ERR_INTERNAL,
@@ -447,7 +469,9 @@ Status Communicator::validate(const char* what, const hvd_collective_args& a, bo
     return invalid("root " + std::to_string(a.root) + " is not a rank of this job of " +
                    std::to_string(world_.size));
   }
-  if (a.count > (UINT64_MAX / element) / static_cast<uint64_t>(world_.size)) {
+  // A multiplication, not a division: this check runs on every call (see bench/micro).
+  uint64_t total_bytes = 0;
+  if (__builtin_mul_overflow(a.count, element * static_cast<uint64_t>(world_.size), &total_bytes)) {
     return invalid("count " + std::to_string(a.count) + " overflows the buffer size");
   }
   if (a.recv_counts != nullptr) {
@@ -487,20 +511,17 @@ Status Communicator::validate(const char* what, const hvd_collective_args& a, bo
   return Status::success();
 }
 
-Status Communicator::allreduce(hvd_collective_args args) {
-  args.struct_size = sizeof args;
+Status Communicator::allreduce(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate("allreduce", args, /*uses_op=*/true, /*uses_root=*/false));
   return call_backend("allreduce", [&] { return plugin_.table->allreduce(backend_, &args); });
 }
 
-Status Communicator::allgather(hvd_collective_args args) {
-  args.struct_size = sizeof args;
+Status Communicator::allgather(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate("allgather", args, /*uses_op=*/false, /*uses_root=*/false));
   return call_backend("allgather", [&] { return plugin_.table->allgather(backend_, &args); });
 }
 
-Status Communicator::broadcast(hvd_collective_args args) {
-  args.struct_size = sizeof args;
+Status Communicator::broadcast(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate("broadcast", args, /*uses_op=*/false, /*uses_root=*/true));
   return call_backend("broadcast", [&] { return plugin_.table->broadcast(backend_, &args); });
 }

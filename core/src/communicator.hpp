@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,11 +35,10 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  // Validate `args` against this job and backend, then run the collective. The args' struct_size
-  // is filled in here.
-  Status allreduce(hvd_collective_args args);
-  Status allgather(hvd_collective_args args);
-  Status broadcast(hvd_collective_args args);
+  // Validate `args` (struct_size set) against this job and backend, then run the collective.
+  Status allreduce(const hvd_collective_args& args);
+  Status allgather(const hvd_collective_args& args);
+  Status broadcast(const hvd_collective_args& args);
   Status barrier();
 
   const World& world() const { return world_; }
@@ -71,17 +71,25 @@ class Communicator {
 
 namespace hvd::core {
 
-struct LauncherRendezvous {
+// A rendezvous store served by rank 0 and announced to the other ranks.
+struct SharedRendezvous {
   HostPort address;
   std::string secret;
   std::unique_ptr<TcpStoreServer> server;  // on rank 0
 };
 // A rendezvous for a job started by a launcher (mpirun) without HVD_RENDEZVOUS_ADDR, made
 // through a self-bootstrapping backend (HVD_BOOTSTRAP_BACKEND, default mpi).
-Result<LauncherRendezvous> rendezvous_through_launcher(const World& world,
-                                                       const std::string& for_backend,
-                                                       std::chrono::milliseconds timeout,
-                                                       const EnvLookup& env);
+Result<SharedRendezvous> rendezvous_through_launcher(const World& world,
+                                                     const std::string& for_backend,
+                                                     std::chrono::milliseconds timeout,
+                                                     const EnvLookup& env);
+
+// Rank 0 serves a store on an address every rank can reach (HVD_RENDEZVOUS_IFACE's, loopback
+// for a one-host job, else the first external interface) with a fresh secret, and `broadcast`
+// (a collective every rank calls) carries address and secret to the others.
+using BroadcastFromRank0 = std::function<Status(void* record, size_t size)>;
+Result<SharedRendezvous> share_rendezvous(const World& world, const EnvLookup& env,
+                                          const BroadcastFromRank0& broadcast);
 
 // What a rank tells the others about its backend at init ("ok\ngloo 0.1.0 (ABI 1.0)" or the
 // load error), and the verdict on every rank's choice: the same Status on every rank.

@@ -2,11 +2,13 @@
 //
 //   hvdrun -np 4 [--backend gloo] [--timeout S] [--plugin-path DIR] [--verbose] -- prog args...
 //   hvdrun -np 4 -H hostA:2,hostB:2 [--backend NAME] -- prog args...      (through mpirun)
+//   hvdrun -np 4 --mpi -- prog args...                                       (through mpirun)
 //
 // Hosts the rendezvous store and gives every rank the job's secret. On this host alone it starts
 // the ranks itself, tags each output line with its rank ("[1]<stdout>:..."), and when a rank
-// fails stops the others and exits with that rank's status. Across hosts (-H, --hostfile), and
-// for the mpi backend, it hands the launch to Open MPI's mpirun, as horovodrun does.
+// fails stops the others and exits with that rank's status. Across hosts (-H, --hostfile), for
+// the mpi backend, and when asked (--mpi), it hands the launch to Open MPI's mpirun, as
+// horovodrun does.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -44,6 +46,7 @@ struct Options {
   std::string timeout;
   std::string plugin_path;
   bool verbose = false;
+  bool mpi = false;  // launch through mpirun even on this host alone
   std::vector<std::string> command;
 };
 
@@ -57,6 +60,8 @@ void usage(FILE* out) {
       "  -np, -n N            number of ranks (required)\n"
       "  -H, --hosts LIST     hosts and slots, 'hostA:2,hostB:2': launch through mpirun\n"
       "  --hostfile FILE      an Open MPI hostfile: launch through mpirun\n"
+      "  --mpi                launch through mpirun on this host too (what the mpi backend\n"
+      "                       needs; --backend mpi implies it)\n"
       "  --mpirun PATH        the mpirun to use (default: mpirun from PATH)\n"
       "  --mpi-args 'ARGS'    extra arguments for mpirun (e.g. '--mca btl_tcp_if_include eth0')\n"
       "  --rendezvous-addr A  the address of this host that every rank can reach (mpirun\n"
@@ -103,6 +108,8 @@ bool parse(int argc, char** argv, Options* o) {
     } else if (arg == "--hostfile" || arg == "-hostfile") {
       if (!(v = value("--hostfile"))) return false;
       o->hostfile = v;
+    } else if (arg == "--mpi") {
+      o->mpi = true;
     } else if (arg == "--mpirun") {
       if (!(v = value("--mpirun"))) return false;
       o->mpirun = v;
@@ -225,7 +232,9 @@ int launch_with_mpirun(const Options& opt, const std::vector<std::string>& job_e
   } else {
     argv.push_back("--oversubscribe");  // a local job, like hvdrun's own launcher
   }
-  argv.push_back("--tag-output");
+  // As horovodrun: a rank bound to one core would starve the threads hvd and its backends run
+  // beside it (Gloo's event loop, hvd's background thread). --mpi-args may bind again.
+  argv.insert(argv.end(), {"--bind-to", "none", "--tag-output"});
   for (const std::string& arg : split(opt.mpi_args, ' ')) argv.push_back(arg);
   for (const std::string& entry : job_env) {
     const std::string name = entry.substr(0, entry.find('='));
@@ -407,7 +416,8 @@ int launch_locally(const Options& opt, std::vector<std::string> job_env) {
 int main(int argc, char** argv) {
   Options opt;
   if (!parse(argc, argv, &opt)) return 2;
-  const bool through_mpirun = !opt.hosts.empty() || !opt.hostfile.empty() || opt.backend == "mpi";
+  const bool through_mpirun =
+      opt.mpi || !opt.hosts.empty() || !opt.hostfile.empty() || opt.backend == "mpi";
 
   // The rendezvous: on loopback for a local job; on every interface, advertised at an address
   // the other hosts can reach, when mpirun may place ranks elsewhere.

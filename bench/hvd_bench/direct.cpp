@@ -1,0 +1,29 @@
+#include "direct.hpp"
+
+namespace hvd::bench {
+
+Status run_through_hvd(Comm& comm, const CollectiveCall& c) {
+  switch (c.collective) {
+    case Collective::kAllreduce:
+      return comm.allreduce(c.send, c.recv, c.count, c.dtype, c.op, &c.placement);
+    case Collective::kAllgather:
+      return comm.allgather(c.send, c.recv, c.count, c.dtype, &c.placement);
+    case Collective::kBroadcast:
+      return comm.broadcast(c.send, c.recv, c.count, c.dtype, c.root, &c.placement);
+  }
+  return error(HVD_ERR_INTERNAL, "unknown collective");
+}
+
+Result<std::unique_ptr<DirectLibrary>> open_direct(Comm& comm) {
+  const std::string backend = comm.backend();
+#ifdef HVD_BENCH_WITH_GLOO
+  if (backend == "gloo") return open_direct_gloo(comm);
+#endif
+#ifdef HVD_BENCH_WITH_MPI
+  if (backend == "mpi") return open_direct_mpi(comm);
+#endif
+  return error(HVD_ERR_NOT_FOUND, "hvd-bench has no direct baseline for backend '" + backend +
+                                      "' (it knows gloo and mpi, where they were built)");
+}
+
+}  // namespace hvd::bench

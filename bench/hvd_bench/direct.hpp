@@ -1,0 +1,52 @@
+// One collective call, made through hvd or on a backend's library directly (the baseline).
+#ifndef HVD_BENCH_DIRECT_HPP
+#define HVD_BENCH_DIRECT_HPP
+
+#include <memory>
+#include <string>
+
+#include "hvd/hvd.hpp"
+#include "options.hpp"
+
+namespace hvd::bench {
+
+// Everything one call needs. `count` is the element count per rank (the send count: for
+// allgather the receive buffer holds size x count).
+struct CollectiveCall {
+  Collective collective = Collective::kAllreduce;
+  const void* send = nullptr;  // == recv for in place (for allgather: recv + rank's block)
+  void* recv = nullptr;
+  uint64_t count = 0;
+  hvd_dtype dtype = HVD_FLOAT32;
+  hvd_reduce_op op = HVD_SUM;
+  int root = 0;
+  hvd_placement placement{sizeof(hvd_placement), HVD_MEMORY_HOST, -1, nullptr};
+};
+
+Status run_through_hvd(Comm& comm, const CollectiveCall& call);
+
+// A backend's own library, called without hvd: what the plugin host's cost is measured against.
+class DirectLibrary {
+ public:
+  virtual ~DirectLibrary() = default;
+  // The library's name for the call: "MPI_Allreduce", "gloo::allreduce".
+  virtual std::string call_name(Collective collective) const = 0;
+  // Empty when the library can run this call directly; else why not ("MPI has no bfloat16").
+  virtual std::string unsupported(const CollectiveCall& call) const = 0;
+  virtual Status run(const CollectiveCall& call) = 0;
+};
+
+// The direct library under `comm`'s backend, connected to the same ranks. NOT_FOUND when hvd-bench
+// knows no direct path for that backend.
+Result<std::unique_ptr<DirectLibrary>> open_direct(Comm& comm);
+
+#ifdef HVD_BENCH_WITH_GLOO
+Result<std::unique_ptr<DirectLibrary>> open_direct_gloo(Comm& comm);
+#endif
+#ifdef HVD_BENCH_WITH_MPI
+Result<std::unique_ptr<DirectLibrary>> open_direct_mpi(Comm& comm);
+#endif
+
+}  // namespace hvd::bench
+
+#endif  // HVD_BENCH_DIRECT_HPP

@@ -1,0 +1,214 @@
+// The Gloo baseline: gloo::allreduce / allgather / broadcast with Gloo's own reduction functions,
+// on a Gloo context of its own, connected the way the plugin connects: through a rendezvous store.
+#include <cstring>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+
+#include "communicator.hpp"
+#include "direct.hpp"
+#include "env.hpp"
+#include "store.hpp"
+
+namespace hvd::bench {
+namespace {
+
+// Gloo's view of an hvd rendezvous store (the plugin's HostStore does the same over the host
+// services). Gloo expects exceptions from a Store.
+class StoreForGloo final : public gloo::rendezvous::Store {
+ public:
+  StoreForGloo(core::KvStore& store, std::chrono::milliseconds timeout)
+      : store_(store), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const Status s = store_.set(key, data);
+    if (!s.ok()) throw gloo::IoException(s.message());
+  }
+  std::vector<char> get(const std::string& key) override { return get(key, timeout_); }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    for (const std::string& key : keys) (void)get(key, timeout);
+  }
+
+ private:
+  std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) {
+    Result<core::Bytes> value = store_.get(key, timeout);
+    if (!value.ok()) throw gloo::IoException(value.status().message());
+    return std::move(value).value();
+  }
+
+  core::KvStore& store_;
+  std::chrono::milliseconds timeout_;
+};
+
+template <typename Fn>
+Status run_gloo(const std::string& what, Fn&& fn) {
+  try {
+    fn();
+    return Status::success();
+  } catch (const std::exception& e) {
+    return error(HVD_ERR_REMOTE, what + ": " + e.what());
+  }
+}
+
+// Gloo's element type for an hvd dtype (bfloat16 has none).
+template <typename Fn>
+bool with_gloo_type(hvd_dtype dtype, Fn&& fn) {
+  switch (dtype) {
+    case HVD_UINT8:
+      fn(uint8_t{});
+      return true;
+    case HVD_INT8:
+      fn(int8_t{});
+      return true;
+    case HVD_INT32:
+      fn(int32_t{});
+      return true;
+    case HVD_INT64:
+      fn(int64_t{});
+      return true;
+    case HVD_FLOAT16:
+      fn(gloo::float16{});
+      return true;
+    case HVD_FLOAT32:
+      fn(float{});
+      return true;
+    case HVD_FLOAT64:
+      fn(double{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+template <typename T>
+gloo::AllreduceOptions::Func gloo_reduction(hvd_reduce_op op) {
+  using Fn = void (*)(void*, const void*, const void*, size_t);
+  switch (op) {
+    case HVD_PRODUCT:
+      return static_cast<Fn>(&gloo::product<T>);
+    case HVD_MIN:
+      return static_cast<Fn>(&gloo::min<T>);
+    case HVD_MAX:
+      return static_cast<Fn>(&gloo::max<T>);
+    default:
+      return static_cast<Fn>(&gloo::sum<T>);
+  }
+}
+
+class DirectGloo final : public DirectLibrary {
+ public:
+  DirectGloo(std::shared_ptr<gloo::Context> context, int rank)
+      : context_(std::move(context)), rank_(rank) {}
+
+  std::string call_name(Collective c) const override {
+    return std::string("gloo::") + collective_name(c);
+  }
+
+  std::string unsupported(const CollectiveCall& c) const override {
+    if (c.placement.memory_type != HVD_MEMORY_HOST) return "host memory only";
+    if (c.dtype == HVD_BFLOAT16) return "Gloo has no bfloat16 type";
+    if (c.collective == Collective::kAllreduce && c.op == HVD_AVERAGE) {
+      return "Gloo has no average op";
+    }
+    return "";
+  }
+
+  Status run(const CollectiveCall& c) override {
+    if (c.count == 0) return Status::success();
+    if (!context_) return local(c);  // one rank: Gloo has nobody to talk to
+    return run_gloo(call_name(c.collective), [&] {
+      with_gloo_type(c.dtype, [&](auto element) {
+        using T = decltype(element);
+        T* recv = static_cast<T*>(c.recv);
+        T* send = const_cast<T*>(static_cast<const T*>(c.send));
+        switch (c.collective) {
+          case Collective::kAllreduce: {
+            gloo::AllreduceOptions opts(context_);
+            if (send != recv) opts.setInput(send, c.count);
+            opts.setOutput(recv, c.count);
+            opts.setReduceFunction(gloo_reduction<T>(c.op));
+            gloo::allreduce(opts);
+            break;
+          }
+          case Collective::kAllgather: {
+            gloo::AllgatherOptions opts(context_);
+            if (send != recv + static_cast<size_t>(rank_) * c.count) opts.setInput(send, c.count);
+            opts.setOutput(recv, c.count * static_cast<size_t>(context_->size));
+            gloo::allgather(opts);
+            break;
+          }
+          case Collective::kBroadcast: {
+            gloo::BroadcastOptions opts(context_);
+            opts.setRoot(c.root);
+            if (rank_ == c.root && send != recv) opts.setInput(send, c.count);
+            opts.setOutput(recv, c.count);
+            gloo::broadcast(opts);
+            break;
+          }
+        }
+      });
+    });
+  }
+
+ private:
+  Status local(const CollectiveCall& c) {
+    if (c.send != c.recv) std::memcpy(c.recv, c.send, c.count * hvd_dtype_size(c.dtype));
+    return Status::success();
+  }
+
+  std::shared_ptr<gloo::Context> context_;  // null at one rank
+  int rank_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DirectLibrary>> open_direct_gloo(Comm& comm) {
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  if (comm.size() > 1) {
+    // A store of the baseline's own, served by rank 0 and announced over hvd.
+    const core::EnvLookup env = core::process_env();
+    core::World world;
+    world.rank = comm.rank();
+    world.size = comm.size();
+    world.local_rank = comm.local_rank();
+    world.local_size = comm.local_size();
+    HVD_ASSIGN_OR_RETURN(core::SharedRendezvous rendezvous,
+                         core::share_rendezvous(world, env, [&](void* record, size_t size) {
+                           return comm.broadcast(record, record, size, HVD_UINT8, 0);
+                         }));
+    HVD_ASSIGN_OR_RETURN(std::chrono::milliseconds timeout, core::timeout_from_env(env));
+    HVD_ASSIGN_OR_RETURN(
+        auto client, core::TcpStoreClient::connect(rendezvous.address, rendezvous.secret, timeout));
+    // Gloo binds where the plugin's rule says: HVD_GLOO_IFACE, HVD_GLOO_HOSTNAME, else the
+    // address on the route to the rendezvous.
+    gloo::transport::tcp::attr attr;
+    if (auto iface = env("HVD_GLOO_IFACE")) {
+      attr.iface = *iface;
+    } else {
+      attr.hostname = env("HVD_GLOO_HOSTNAME").value_or(client->local_address());
+    }
+    HVD_RETURN_IF_ERROR(run_gloo("connecting Gloo for the baseline", [&] {
+      StoreForGloo store(*client, timeout);
+      auto device = gloo::transport::tcp::CreateDevice(attr);
+      context = std::make_shared<gloo::rendezvous::Context>(comm.rank(), comm.size());
+      context->setTimeout(timeout);
+      context->connectFullMesh(store, device);
+    }));
+    // Every rank has connected before any uses the mesh, and the store may go (see the plugin's
+    // init).
+    HVD_RETURN_IF_ERROR(comm.barrier());
+  }
+  return std::unique_ptr<DirectLibrary>(new DirectGloo(context, comm.rank()));
+}
+
+}  // namespace hvd::bench

@@ -1,0 +1,106 @@
+#include "limits.hpp"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "socket.hpp"
+
+#ifdef HVD_BENCH_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace hvd::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double memcpy_gbps() {
+  constexpr size_t kBytes = 64u << 20;
+  std::vector<char> from(kBytes, 1);
+  std::vector<char> to(kBytes, 0);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    std::memcpy(to.data(), from.data(), kBytes);
+    best = std::min(best, seconds_since(t0));
+    from[static_cast<size_t>(rep)] = to[static_cast<size_t>(rep) + 1];  // keep the copy alive
+  }
+  return kBytes / best / 1e9;
+}
+
+double tcp_loopback_gbps() {
+  constexpr size_t kBytes = 512u << 20;
+  constexpr size_t kChunk = 4u << 20;
+  const auto deadline = core::deadline_after(std::chrono::seconds(30));
+  core::HostPort bound;
+  Result<core::Fd> listener = core::listen_tcp(core::HostPort{"127.0.0.1", 0}, &bound);
+  if (!listener.ok()) return 0;
+  Result<core::Fd> client = core::connect_tcp(bound, deadline);
+  if (!client.ok()) return 0;
+  core::Fd server(::accept(listener->get(), nullptr, nullptr));
+  if (!server.valid()) return 0;
+  std::vector<char> out(kChunk, 7);
+  std::vector<char> in(kChunk);
+  const auto t0 = Clock::now();
+  std::thread sender([&] {
+    for (size_t sent = 0; sent < kBytes; sent += kChunk) {
+      if (!core::send_all(client->get(), out.data(), kChunk, deadline).ok()) return;
+    }
+  });
+  bool ok = true;
+  for (size_t got = 0; got < kBytes && ok; got += kChunk) {
+    ok = core::recv_all(server.get(), in.data(), kChunk, deadline).ok();
+  }
+  const double elapsed = seconds_since(t0);
+  sender.join();
+  return ok ? kBytes / elapsed / 1e9 : 0;
+}
+
+}  // namespace
+
+PhysicalLimits measure_limits(int cuda_device) {
+  PhysicalLimits limits;
+  limits.memcpy_gbps = memcpy_gbps();
+  limits.tcp_loopback_gbps = tcp_loopback_gbps();
+  if (cuda_device < 0) return limits;
+#ifdef HVD_BENCH_WITH_CUDA
+  constexpr size_t kBytes = 256u << 20;
+  void* a = nullptr;
+  void* b = nullptr;
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  if (cudaSetDevice(cuda_device) == cudaSuccess && cudaMalloc(&a, kBytes) == cudaSuccess &&
+      cudaMalloc(&b, kBytes) == cudaSuccess && cudaEventCreate(&start) == cudaSuccess &&
+      cudaEventCreate(&stop) == cudaSuccess) {
+    cudaMemcpy(b, a, kBytes, cudaMemcpyDeviceToDevice);  // warm up
+    constexpr int kReps = 10;
+    cudaEventRecord(start);
+    for (int i = 0; i < kReps; ++i) cudaMemcpy(b, a, kBytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (ms > 0) limits.cuda_d2d_gbps = static_cast<double>(kBytes) * kReps / (ms / 1e3) / 1e9;
+  } else {
+    limits.cuda_note = cudaGetErrorString(cudaGetLastError());
+  }
+  if (start) cudaEventDestroy(start);
+  if (stop) cudaEventDestroy(stop);
+  if (a) cudaFree(a);
+  if (b) cudaFree(b);
+#else
+  limits.cuda_note = "built without the CUDA toolkit";
+#endif
+  return limits;
+}
+
+}  // namespace hvd::bench

@@ -1,0 +1,22 @@
+// The physical limits of this machine, measured on the spot: what a collective's bandwidth can be
+// compared with in the same run.
+#ifndef HVD_BENCH_LIMITS_HPP
+#define HVD_BENCH_LIMITS_HPP
+
+#include <string>
+
+namespace hvd::bench {
+
+struct PhysicalLimits {
+  double memcpy_gbps = 0;        // one thread, 64 MiB, best of 5 (bytes copied per second)
+  double tcp_loopback_gbps = 0;  // one TCP stream over 127.0.0.1, 512 MiB
+  double cuda_d2d_gbps = -1;     // cudaMemcpy device to device, 256 MiB; < 0: not measured
+  std::string cuda_note;         // why the CUDA figure is missing
+};
+
+// Measures memcpy and loopback TCP; the device copy too when `cuda_device` >= 0.
+PhysicalLimits measure_limits(int cuda_device);
+
+}  // namespace hvd::bench
+
+#endif  // HVD_BENCH_LIMITS_HPP

@@ -1,0 +1,500 @@
+// hvd-bench: collective bandwidth and latency through hvd's backends, nccl-tests style, with the
+// backend's own library timed beside hvd in the same job (--baseline). See docs/performance.md.
+//
+//   hvdrun -np 2 hvd-bench --backend all --baseline -b 8 -e 64M -f 4 -J result.json
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <set>
+
+#include "buffer.hpp"
+#include "direct.hpp"
+#include "env.hpp"
+#include "hvd/hvd.hpp"
+#include "limits.hpp"
+#include "options.hpp"
+#include "plugin_loader.hpp"
+#include "report.hpp"
+
+namespace hvd::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Call = std::function<Status()>;
+
+constexpr uint8_t kPoison = 0xA5;  // what a result buffer holds before a checked call
+
+// ---- small collectives of the benchmark's own, over the communicator under test ----------------
+
+Result<double> sum_over_ranks(Comm& comm, double value) {
+  HVD_RETURN_IF_ERROR(comm.allreduce(&value, &value, 1, HVD_SUM));
+  return value;
+}
+
+Status reduce_over_ranks(Comm& comm, double* values, uint64_t n, hvd_reduce_op op) {
+  return comm.allreduce(values, values, n, op);
+}
+
+// Every rank's host name, distinct, in rank order.
+Result<std::vector<std::string>> host_names(Comm& comm) {
+  constexpr size_t kRecord = 256;
+  char mine[kRecord] = {};
+  ::gethostname(mine, kRecord - 1);
+  std::vector<char> all(kRecord * static_cast<size_t>(comm.size()));
+  HVD_RETURN_IF_ERROR(comm.allgather(mine, all.data(), kRecord, HVD_UINT8));
+  std::vector<std::string> hosts;
+  for (int r = 0; r < comm.size(); ++r) {
+    std::string h(all.data() + kRecord * static_cast<size_t>(r));
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  }
+  return hosts;
+}
+
+// What a backend's bytes travel on, as far as the environment tells.
+std::string transport_of(const std::string& backend, const core::EnvLookup& env) {
+  if (backend == "gloo") {
+    if (auto iface = env("HVD_GLOO_IFACE")) return "tcp (" + *iface + ")";
+    return "tcp";
+  }
+  if (backend == "mpi") {
+    std::string t =
+        "Open MPI btl " + env("OMPI_MCA_btl").value_or("default (vader within a host, tcp across)");
+    if (auto iface = env("OMPI_MCA_btl_tcp_if_include")) t += ", tcp on " + *iface;
+    return t;
+  }
+  if (backend == "nccl") return "NCCL (" + env("NCCL_NET").value_or("auto") + ")";
+  if (auto provider = env("FI_PROVIDER")) return "libfabric " + *provider;
+  return "backend's own";
+}
+
+// Backends for --backend all: every plugin found, hvd's own first in a fixed order.
+std::vector<std::string> all_backends(const core::EnvLookup& env) {
+  const core::PluginScan scan = core::scan_plugins(core::plugin_search_path(env));
+  std::vector<std::string> names;
+  for (const core::Plugin& p : scan.plugins) names.push_back(p.name);
+  const std::vector<std::string> order = {"gloo", "mpi", "nccl", "ofi"};
+  std::stable_sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
+    auto rank = [&](const std::string& n) {
+      return std::find(order.begin(), order.end(), n) - order.begin();
+    };
+    return rank(a) < rank(b);
+  });
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+// ---- one benchmark run on one backend
+// ------------------------------------------------------------
+
+class Runner {
+ public:
+  Runner(const Options& options, Comm& comm, Report& report, DirectLibrary* direct, int device)
+      : o_(options), comm_(comm), report_(report), direct_(direct), device_(device) {}
+
+  Status run(Collective collective) {
+    const int n = comm_.size();
+    const size_t max_bytes = static_cast<size_t>(o_.max_bytes);
+    const size_t send_bytes = collective == Collective::kAllgather ? max_bytes / n : max_bytes;
+    HVD_ASSIGN_OR_RETURN(send_, Buffer::allocate(o_.memory, device_, send_bytes));
+    HVD_ASSIGN_OR_RETURN(recv_, Buffer::allocate(o_.memory, device_, max_bytes));
+    expected_.assign(max_bytes, 0);
+    staging_.assign(max_bytes, 0);
+    std::vector<std::optional<hvd_reduce_op>> ops;
+    if (collective == Collective::kAllreduce) {
+      for (hvd_reduce_op op : o_.ops) ops.emplace_back(op);
+    } else {
+      ops.emplace_back(std::nullopt);
+    }
+    for (hvd_dtype dtype : o_.dtypes) {
+      for (const auto& op : ops) {
+        for (uint64_t size : message_sizes(o_))
+          HVD_RETURN_IF_ERROR(measure(collective, dtype, op, size));
+      }
+    }
+    return Status::success();
+  }
+
+ private:
+  // The call for one placement (0 out of place, 1 in place) of `count` elements per rank.
+  CollectiveCall make_call(Collective collective, hvd_dtype dtype, hvd_reduce_op op, uint64_t count,
+                           int placement) const {
+    CollectiveCall c;
+    c.collective = collective;
+    c.dtype = dtype;
+    c.op = op;
+    c.root = o_.root;
+    c.count = count;
+    c.recv = recv_.data();
+    c.placement.memory_type = o_.memory;
+    c.placement.device = o_.memory == HVD_MEMORY_CUDA ? device_ : -1;
+    if (placement == 0) {
+      c.send = send_.data();
+    } else if (collective == Collective::kAllgather) {
+      c.send = recv_.data() + static_cast<size_t>(comm_.rank()) * count * hvd_dtype_size(dtype);
+    } else {
+      c.send = recv_.data();
+    }
+    return c;
+  }
+
+  // Fill the call's inputs (and poison its outputs); compute what it must produce.
+  Status prepare(const CollectiveCall& c, bool in_place) {
+    const size_t element = hvd_dtype_size(c.dtype);
+    const size_t bytes = c.count * element;
+    const int n = comm_.size();
+    const int rank = comm_.rank();
+    const size_t result_bytes = c.collective == Collective::kAllgather ? bytes * n : bytes;
+    std::memset(staging_.data(), kPoison, result_bytes);
+    HVD_RETURN_IF_ERROR(recv_.upload(staging_.data(), result_bytes));
+    char* input = staging_.data();
+    switch (c.collective) {
+      case Collective::kAllreduce:
+        fill_allreduce_input(input, c.count, c.dtype, c.op, rank, n);
+        expected_allreduce(expected_.data(), c.count, c.dtype, c.op, n);
+        break;
+      case Collective::kAllgather:
+        fill_block(input, c.count, c.dtype, rank);
+        for (int r = 0; r < n; ++r) {
+          fill_block(expected_.data() + static_cast<size_t>(r) * bytes, c.count, c.dtype, r);
+        }
+        break;
+      case Collective::kBroadcast:
+        fill_block(input, c.count, c.dtype, c.root);
+        std::memcpy(expected_.data(), input, bytes);
+        if (rank != c.root && in_place) return Status::success();  // its input is the poison
+        break;
+    }
+    if (!in_place) return send_.upload(input, bytes);
+    const size_t offset = static_cast<const char*>(c.send) - recv_.data();
+    return recv_.upload(input, bytes, offset);
+  }
+
+  // Run `call` once on fresh inputs; the wrong elements summed over the ranks.
+  Result<uint64_t> check(const CollectiveCall& c, bool in_place, const Call& call) {
+    HVD_RETURN_IF_ERROR(prepare(c, in_place));
+    HVD_RETURN_IF_ERROR(call());
+    HVD_RETURN_IF_ERROR(synchronize(o_.memory));
+    const size_t bytes = c.count * hvd_dtype_size(c.dtype);
+    const size_t result_bytes =
+        c.collective == Collective::kAllgather ? bytes * comm_.size() : bytes;
+    HVD_RETURN_IF_ERROR(recv_.download(staging_.data(), result_bytes));
+    const uint64_t result_count =
+        c.collective == Collective::kAllgather ? c.count * comm_.size() : c.count;
+    int64_t wrong =
+        static_cast<int64_t>(count_wrong(staging_.data(), expected_.data(), result_count, c.dtype));
+    HVD_RETURN_IF_ERROR(comm_.allreduce(&wrong, &wrong, 1, HVD_SUM));
+    return static_cast<uint64_t>(wrong);
+  }
+
+  // Seconds per call of `iters` back-to-back calls, started together after a barrier.
+  Result<double> time_block(const Call& call, int iters) {
+    HVD_RETURN_IF_ERROR(comm_.barrier());
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) HVD_RETURN_IF_ERROR(call());
+    HVD_RETURN_IF_ERROR(synchronize(o_.memory));
+    return std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+  }
+
+  // Time one call (to completion, for CUDA) into `samples`, in seconds.
+  Status time_call(const Call& call, std::vector<double>& samples) {
+    const auto t0 = Clock::now();
+    HVD_RETURN_IF_ERROR(call());
+    HVD_RETURN_IF_ERROR(synchronize(o_.memory));
+    samples.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    return Status::success();
+  }
+
+  // Mean and median of this rank's samples, each averaged over the ranks.
+  Result<Timing> timing_over_ranks(std::vector<double> samples) {
+    std::sort(samples.begin(), samples.end());
+    double both[2] = {0, samples[samples.size() / 2]};
+    for (double s : samples) both[0] += s;
+    both[0] /= static_cast<double>(samples.size());
+    HVD_RETURN_IF_ERROR(comm_.allreduce(both, both, 2, HVD_SUM));
+    Timing t;
+    t.seconds = both[0] / comm_.size();
+    t.median_seconds = both[1] / comm_.size();
+    return t;
+  }
+
+  Status warm(const Call& call, int iters) {
+    for (int i = 0; i < iters; ++i) HVD_RETURN_IF_ERROR(call());
+    return synchronize(o_.memory);
+  }
+
+  Status measure(Collective collective, hvd_dtype dtype, std::optional<hvd_reduce_op> op,
+                 uint64_t size) {
+    const int n = comm_.size();
+    const size_t element = hvd_dtype_size(dtype);
+    const uint64_t per_rank_divisor = collective == Collective::kAllgather ? element * n : element;
+    const uint64_t count = size / per_rank_divisor;
+    const uint64_t result_count = collective == Collective::kAllgather ? count * n : count;
+    const uint64_t result_size = result_count * element;
+    const bool with_direct = direct_ != nullptr;
+
+    if (o_.latency) {
+      return measure_latency(collective, dtype, op, count, result_count, result_size);
+    }
+    Row row;
+    row.size = result_size;
+    row.count = result_count;
+    row.dtype = dtype;
+    row.op = op;
+    row.root = collective == Collective::kBroadcast ? o_.root : -1;
+    for (int p = 0; p < 2; ++p) {
+      const CollectiveCall c = make_call(collective, dtype, op.value_or(HVD_SUM), count, p);
+      const Call through_hvd = [&] { return run_through_hvd(comm_, c); };
+      std::string unsupported = with_direct ? direct_->unsupported(c) : "not asked";
+      const bool direct_here = with_direct && unsupported.empty();
+      const Call direct_call = [&] { return direct_->run(c); };
+      HVD_RETURN_IF_ERROR(prepare(c, p == 1));
+      HVD_RETURN_IF_ERROR(warm(through_hvd, o_.warmup_iters));
+      if (direct_here) {
+        // Call by call, alternating, each timed: both sides see the same moments of a noisy
+        // machine, and the medians give a ratio that one hiccup cannot move.
+        HVD_RETURN_IF_ERROR(warm(direct_call, o_.warmup_iters));
+        std::vector<double> hvd_s, direct_s;
+        HVD_RETURN_IF_ERROR(comm_.barrier());
+        for (int i = 0; i < o_.iters; ++i) {
+          HVD_RETURN_IF_ERROR(time_call(through_hvd, hvd_s));
+          HVD_RETURN_IF_ERROR(time_call(direct_call, direct_s));
+        }
+        HVD_ASSIGN_OR_RETURN(row.hvd[p], timing_over_ranks(hvd_s));
+        HVD_ASSIGN_OR_RETURN(Timing direct_timing, timing_over_ranks(direct_s));
+        if (o_.check) {
+          HVD_ASSIGN_OR_RETURN(uint64_t wrong, check(c, p == 1, direct_call));
+          direct_timing.wrong = wrong;
+          if (wrong > 0) {
+            report_.note("warning: the direct baseline returned " + std::to_string(wrong) +
+                         " wrong elements (size " + std::to_string(result_size) + ")");
+          }
+        }
+        row.direct[p] = direct_timing;
+      } else {
+        HVD_ASSIGN_OR_RETURN(double seconds, time_block(through_hvd, o_.iters));
+        HVD_ASSIGN_OR_RETURN(double sum, sum_over_ranks(comm_, seconds));
+        row.hvd[p].seconds = sum / n;
+        row.hvd[p].median_seconds = row.hvd[p].seconds;
+        if (with_direct) row.direct_unsupported = unsupported;
+      }
+      if (o_.check) {
+        HVD_ASSIGN_OR_RETURN(uint64_t wrong, check(c, p == 1, through_hvd));
+        row.hvd[p].wrong = wrong;
+      }
+    }
+    report_.row(row);
+    return Status::success();
+  }
+
+  // OSU-style: each call timed alone; the statistics of every rank's samples, then over ranks.
+  Status measure_latency(Collective collective, hvd_dtype dtype, std::optional<hvd_reduce_op> op,
+                         uint64_t count, uint64_t result_count, uint64_t result_size) {
+    const bool small = result_size <= 8192;
+    const int iters = o_.iters > 0 ? o_.iters : (small ? 1000 : 100);
+    const int warmup = o_.warmup_iters >= 0 ? o_.warmup_iters : (small ? 100 : 10);
+    const CollectiveCall c = make_call(collective, dtype, op.value_or(HVD_SUM), count, 0);
+    const Call through_hvd = [&] { return run_through_hvd(comm_, c); };
+    const std::string unsupported = direct_ ? direct_->unsupported(c) : "not asked";
+    const bool direct_here = direct_ != nullptr && unsupported.empty();
+    const Call direct_call = [&] { return direct_->run(c); };
+
+    HVD_RETURN_IF_ERROR(prepare(c, false));
+    HVD_RETURN_IF_ERROR(warm(through_hvd, warmup));
+    if (direct_here) HVD_RETURN_IF_ERROR(warm(direct_call, warmup));
+    HVD_RETURN_IF_ERROR(comm_.barrier());
+    std::vector<double> hvd_s, direct_s;
+    for (int i = 0; i < iters; ++i) {  // interleaved, so both sides see the same conditions
+      HVD_RETURN_IF_ERROR(time_call(through_hvd, hvd_s));
+      if (direct_here) HVD_RETURN_IF_ERROR(time_call(direct_call, direct_s));
+    }
+    LatencyRow row;
+    row.size = result_size;
+    row.count = result_count;
+    row.dtype = dtype;
+    row.op = op;
+    row.root = collective == Collective::kBroadcast ? o_.root : -1;
+    row.iters = iters;
+    HVD_ASSIGN_OR_RETURN(row.hvd, stats_over_ranks(hvd_s));
+    if (direct_here) {
+      HVD_ASSIGN_OR_RETURN(LatencyStats d, stats_over_ranks(direct_s));
+      row.direct = d;
+    } else if (direct_ != nullptr) {
+      row.direct_unsupported = unsupported;
+    }
+    if (o_.check) {
+      HVD_ASSIGN_OR_RETURN(uint64_t wrong, check(c, false, through_hvd));
+      row.wrong = wrong;
+    }
+    report_.latency_row(row);
+    return Status::success();
+  }
+
+  // Per-call statistics in microseconds (samples in seconds).
+  Result<LatencyStats> stats_over_ranks(std::vector<double> samples) {
+    for (double& s : samples) s *= 1e6;
+    std::sort(samples.begin(), samples.end());
+    auto percentile = [&](double q) {
+      const size_t i = static_cast<size_t>(std::ceil(q * samples.size())) - 1;
+      return samples[std::min(i, samples.size() - 1)];
+    };
+    double mean = 0;
+    for (double s : samples) mean += s;
+    mean /= samples.size();
+    double slowest[3] = {percentile(0.50), percentile(0.99), samples.back()};
+    double fastest = samples.front();
+    HVD_RETURN_IF_ERROR(reduce_over_ranks(comm_, slowest, 3, HVD_MAX));
+    HVD_RETURN_IF_ERROR(reduce_over_ranks(comm_, &fastest, 1, HVD_MIN));
+    HVD_ASSIGN_OR_RETURN(double mean_sum, sum_over_ranks(comm_, mean));
+    return LatencyStats{mean_sum / comm_.size(), slowest[0], slowest[1], fastest, slowest[2]};
+  }
+
+  const Options& o_;
+  Comm& comm_;
+  Report& report_;
+  DirectLibrary* direct_;
+  int device_;
+  Buffer send_, recv_;
+  std::vector<char> expected_, staging_;
+};
+
+// ---- the job
+// -------------------------------------------------------------------------------------
+
+class Bench {
+ public:
+  Bench(const Options& options, bool printing)
+      : o_(options), env_(core::process_env()), report_(options, printing), printing_(printing) {}
+
+  int run() {
+    std::vector<std::string> backends = o_.backends;
+    if (backends.empty()) backends = {""};  // HVD_BACKEND, or the default
+    if (backends.size() == 1 && backends[0] == "all") backends = all_backends(env_);
+    if (backends.empty()) {
+      std::fprintf(stderr, "hvd-bench: no backend plugins found (see hvd-info)\n");
+      return 1;
+    }
+    bool failed = false;
+    for (const std::string& name : backends) {
+      Result<Comm> comm = Comm::init(Comm::Options{name, o_.timeout_seconds});
+      if (!comm.ok()) {
+        report_.skip(name.empty() ? "(default)" : name, comm.status().message());
+        continue;
+      }
+      const Status s = run_backend(*comm);
+      if (!s.ok()) {
+        std::fprintf(stderr, "hvd-bench: rank %d: backend %s: %s\n", comm->rank(),
+                     comm->backend().c_str(), s.to_string().c_str());
+        failed = true;
+        break;  // the job's ranks may now disagree about what comes next
+      }
+      const Status finalized = comm->finalize();
+      if (!finalized.ok()) {
+        std::fprintf(stderr, "hvd-bench: finalizing %s: %s\n", name.c_str(),
+                     finalized.to_string().c_str());
+        failed = true;
+      }
+    }
+    if (!o_.json_path.empty() && printing_ && header_done_) {
+      const Status s = report_.write_json(o_.json_path);
+      if (!s.ok()) {
+        std::fprintf(stderr, "hvd-bench: %s\n", s.to_string().c_str());
+        failed = true;
+      }
+    }
+    if (report_.any_wrong()) {
+      std::fprintf(stderr, "hvd-bench: wrong results (see #wrong)\n");
+      failed = true;
+    }
+    if (!header_done_) {
+      std::fprintf(stderr, "hvd-bench: no backend could run\n");
+      failed = true;
+    }
+    return failed ? 1 : 0;
+  }
+
+ private:
+  Status run_backend(Comm& comm) {
+    int device = -1;
+    if (o_.memory == HVD_MEMORY_CUDA) {
+      HVD_ASSIGN_OR_RETURN(device, cuda_device_for(comm.local_rank()));
+    }
+    if (!header_done_) {
+      JobInfo job;
+      job.ranks = comm.size();
+      job.hvd_version = hvd_version();
+      HVD_ASSIGN_OR_RETURN(job.hosts, host_names(comm));
+      // One rank measures while the others wait: two measuring at once would share the cores.
+      PhysicalLimits limits;
+      if (comm.rank() == 0) limits = measure_limits(device);
+      HVD_RETURN_IF_ERROR(comm.barrier());
+      report_.header(job, limits);
+      header_done_ = true;
+    }
+    if (o_.memory == HVD_MEMORY_CUDA && (comm.capabilities() & HVD_CAP_CUDA_MEMORY) == 0) {
+      report_.skip(comm.backend(), "takes host memory only (--mem cuda asked for device buffers)");
+      return Status::success();
+    }
+    std::unique_ptr<DirectLibrary> direct;
+    if (o_.baseline) {
+      Result<std::unique_ptr<DirectLibrary>> opened = open_direct(comm);
+      // Every rank runs the baseline or none does, or the ranks' calls would not pair up.
+      int64_t opened_everywhere = opened.ok() ? 1 : 0;
+      HVD_RETURN_IF_ERROR(comm.allreduce(&opened_everywhere, &opened_everywhere, 1, HVD_MIN));
+      if (opened_everywhere) {
+        direct = std::move(opened).value();
+      } else {
+        report_.note("backend " + comm.backend() + ": no baseline: " +
+                     (opened.ok() ? "it failed on another rank" : opened.status().message()));
+      }
+    }
+    for (Collective collective : o_.collectives) {
+      TableInfo table;
+      table.backend = comm.backend();
+      table.backend_version = backend_version(comm.backend());
+      table.transport = transport_of(comm.backend(), env_);
+      table.collective = collective;
+      if (direct) table.direct_call = direct->call_name(collective);
+      report_.begin_table(table);
+      Runner runner(o_, comm, report_, direct.get(), device);
+      HVD_RETURN_IF_ERROR(runner.run(collective));
+      report_.end_table();
+    }
+    return Status::success();
+  }
+
+  std::string backend_version(const std::string& name) const {
+    Result<core::Plugin> plugin = core::resolve_backend(name, core::plugin_search_path(env_));
+    return plugin.ok() ? plugin->version : "";
+  }
+
+  const Options& o_;
+  core::EnvLookup env_;
+  Report report_;
+  bool header_done_ = false;
+  bool printing_;
+};
+
+}  // namespace
+}  // namespace hvd::bench
+
+int main(int argc, char** argv) {
+  using namespace hvd::bench;
+  hvd::Result<Options> options = parse_options(argc, argv);
+  if (!options.ok()) {
+    std::fprintf(stderr, "hvd-bench: %s\n", options.status().message().c_str());
+    return 2;
+  }
+  if (options->help) {
+    std::fputs(usage_text(), stdout);
+    return 0;
+  }
+  // The rank is known before any communicator exists, so skips are printed once, by rank 0.
+  hvd::Result<hvd::core::World> world = hvd::core::discover_world(hvd::core::process_env());
+  const bool printing = world.ok() && world->rank == 0;
+  return Bench(*options, printing).run();
+}

@@ -1,0 +1,53 @@
+// hvd-bench's command line: nccl-tests' flags with their meanings, plus hvd's own.
+#ifndef HVD_BENCH_OPTIONS_HPP
+#define HVD_BENCH_OPTIONS_HPP
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hvd/sdk/result.hpp"
+#include "hvd/types.h"
+
+namespace hvd::bench {
+
+enum class Collective { kAllreduce, kAllgather, kBroadcast };
+const char* collective_name(Collective c);  // "allreduce"
+
+struct Options {
+  std::vector<Collective> collectives = {Collective::kAllreduce};
+  std::vector<std::string> backends;  // empty: HVD_BACKEND (or gloo); {"all"}: every one found
+  uint64_t min_bytes = 8;             // -b
+  uint64_t max_bytes = 64ull << 20;   // -e
+  uint64_t step_bytes = 0;            // -i (used when the factor is 1)
+  double step_factor = 2;             // -f
+  int iters = 20;                     // -n
+  int warmup_iters = 5;               // -w
+  bool iters_given = false;           // latency mode picks OSU's counts otherwise
+  bool warmup_given = false;
+  bool check = true;  // -c
+  std::vector<hvd_dtype> dtypes = {HVD_FLOAT32};
+  std::vector<hvd_reduce_op> ops = {HVD_SUM};
+  int root = 0;  // -r
+  bool baseline = false;
+  bool latency = false;
+  hvd_memory_type memory = HVD_MEMORY_HOST;
+  std::string json_path;  // -J
+  double timeout_seconds = 0;
+  std::string command_line;  // for the report
+  bool help = false;
+};
+
+// Parses argv; a usage error says which flag and why.
+Result<Options> parse_options(int argc, char** argv);
+const char* usage_text();
+
+// nccl-tests' names: "float", "half", "bfloat16", "double", "int8", "uint8", "int32", "int64".
+const char* type_name(hvd_dtype dtype);
+
+// The message sizes from min to max: multiplied by the factor, or stepped by step_bytes.
+std::vector<uint64_t> message_sizes(const Options& options);
+
+}  // namespace hvd::bench
+
+#endif  // HVD_BENCH_OPTIONS_HPP

@@ -1,0 +1,455 @@
+#include "report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace hvd::bench {
+namespace {
+
+constexpr uint64_t kRatioFloor = 1u << 20;  // the host-overhead goal is stated from 1 MiB
+
+// nccl-tests' time column: fewer decimals as the figure grows.
+std::string time_text(double us) {
+  char text[32];
+  if (us >= 10000.0) {
+    std::snprintf(text, sizeof text, "%7.0f", us);
+  } else if (us >= 100.0) {
+    std::snprintf(text, sizeof text, "%7.1f", us);
+  } else {
+    std::snprintf(text, sizeof text, "%7.2f", us);
+  }
+  return text;
+}
+
+std::string number(double value, const char* format = "%6.2f") {
+  char text[32];
+  std::snprintf(text, sizeof text, format, value);
+  return text;
+}
+
+std::string wrong_text(const std::optional<uint64_t>& wrong) {
+  return wrong ? std::to_string(*wrong) : "N/A";
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+}
+
+// A small JSON emitter: objects and arrays built as text, numbers printed with %.6g, and
+// non-finite numbers as null.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char esc[8];
+          std::snprintf(esc, sizeof esc, "\\u%04x", c);
+          out += esc;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  return text;
+}
+
+class JsonObject {
+ public:
+  JsonObject& add(const std::string& key, const std::string& raw_value) {
+    text_ += (text_.empty() ? "" : ", ") + quoted(key) + ": " + raw_value;
+    return *this;
+  }
+  JsonObject& str(const std::string& key, const std::string& value) {
+    return add(key, quoted(value));
+  }
+  JsonObject& num(const std::string& key, double value) { return add(key, json_number(value)); }
+  JsonObject& integer(const std::string& key, int64_t value) {
+    return add(key, std::to_string(value));
+  }
+  std::string text() const { return "{" + text_ + "}"; }
+
+ private:
+  std::string text_;
+};
+
+std::string json_array(const std::vector<std::string>& items, const char* separator = ", ") {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
+  return out + "]";
+}
+
+}  // namespace
+
+double Report::busbw_factor(Collective c) const {
+  const double n = job_.ranks;
+  if (job_.ranks <= 1) return NAN;  // no bus at one rank: N/A, as nccl-tests' convention asks
+  switch (c) {
+    case Collective::kAllreduce:
+      return 2 * (n - 1) / n;
+    case Collective::kAllgather:
+      return (n - 1) / n;
+    case Collective::kBroadcast:
+      return 1;
+  }
+  return NAN;
+}
+
+void Report::header(const JobInfo& job, const PhysicalLimits& limits) {
+  job_ = job;
+  limits_ = limits;
+  if (!printing_) return;
+  std::string hosts;
+  for (const std::string& h : job.hosts) hosts += (hosts.empty() ? "" : ", ") + h;
+  std::printf("# hvd-bench %s: %d rank%s on %zu host%s (%s)\n", job.hvd_version.c_str(), job.ranks,
+              job.ranks == 1 ? "" : "s", job.hosts.size(), job.hosts.size() == 1 ? "" : "s",
+              hosts.c_str());
+  const Options& o = options_;
+  std::printf("#  minBytes %llu maxBytes %llu step: ", static_cast<unsigned long long>(o.min_bytes),
+              static_cast<unsigned long long>(o.max_bytes));
+  if (o.step_factor > 1) {
+    std::printf("%g(factor)", o.step_factor);
+  } else {
+    std::printf("%llu(bytes)", static_cast<unsigned long long>(o.step_bytes));
+  }
+  if (o.latency) {
+    std::printf(" warmup iters: %s iters: %s",
+                o.warmup_given ? std::to_string(o.warmup_iters).c_str() : "100/10",
+                o.iters_given ? std::to_string(o.iters).c_str() : "1000/100 (<= 8 KiB / above)");
+  } else {
+    std::printf(" warmup iters: %d iters: %d", o.warmup_iters, o.iters);
+  }
+  std::printf(" validation: %d memory: %s\n#\n", o.check ? 1 : 0,
+              o.memory == HVD_MEMORY_CUDA ? "cuda" : "host");
+  std::printf(
+      "# Physical limits measured now: memcpy %.2f GB/s (one thread, 64 MiB), loopback TCP "
+      "%.2f GB/s (one stream)",
+      limits.memcpy_gbps, limits.tcp_loopback_gbps);
+  if (limits.cuda_d2d_gbps >= 0) {
+    std::printf(", CUDA device-to-device copy %.1f GB/s", limits.cuda_d2d_gbps);
+  } else if (o.memory == HVD_MEMORY_CUDA) {
+    std::printf(", CUDA copy not measured (%s)", limits.cuda_note.c_str());
+  }
+  std::printf("\n#\n");
+  std::fflush(stdout);
+}
+
+void Report::skip(const std::string& backend, const std::string& why) {
+  skipped_.emplace_back(backend, why);
+  if (!printing_) return;
+  std::printf("# Backend %s: skipped: %s\n#\n", backend.c_str(), why.c_str());
+  std::fflush(stdout);
+}
+
+void Report::note(const std::string& line) {
+  if (!printing_) return;
+  std::printf("# %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void Report::begin_table(const TableInfo& table) {
+  tables_.push_back(Table{table, {}, {}});
+  if (!printing_) return;
+  std::printf("# Backend %s %s over %s: %s", table.backend.c_str(), table.backend_version.c_str(),
+              table.transport.c_str(), collective_name(table.collective));
+  if (!table.direct_call.empty()) std::printf("; baseline: %s", table.direct_call.c_str());
+  std::printf("\n#\n");
+  const bool direct = !table.direct_call.empty();
+  if (options_.latency) {
+    std::printf(
+        "# OSU-style latency, out of place, one call at a time: avg over the ranks; p50, p99 "
+        "and max of the slowest rank\n");
+    std::printf("# %10s  %12s  %8s  %6s  %6s  %6s  %8s  %8s  %8s  %8s  %8s  %6s", "size", "count",
+                "type", "redop", "root", "iters", "avg", "p50", "p99", "min", "max", "#wrong");
+    if (direct) std::printf("  |  %8s  %8s  %8s  %8s  %8s", "direct", "p50", "p99", "+avg", "+p50");
+    std::printf("\n# %10s  %12s  %8s  %6s  %6s  %6s  %8s  %8s  %8s  %8s  %8s  %6s", "(B)",
+                "(elements)", "", "", "", "", "(us)", "(us)", "(us)", "(us)", "(us)", "");
+    if (direct)
+      std::printf("  |  %8s  %8s  %8s  %8s  %8s", "avg(us)", "(us)", "(us)", "(us)", "(us)");
+    std::printf("\n");
+  } else {
+    std::printf("# %10s  %12s  %8s  %6s  %6s  %32s  %32s", "", "", "", "", "",
+                "out-of-place           ", "in-place           ");
+    if (direct) std::printf("  |  %25s  %25s", "direct out-of-place", "direct in-place");
+    std::printf("\n# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
+    for (int p = 0; p < 2; ++p)
+      std::printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
+    if (direct) {
+      std::printf("  |");
+      for (int p = 0; p < 2; ++p) std::printf("  %7s  %6s  %7s", "time", "busbw", "hvd/dir");
+    }
+    std::printf("\n# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+    for (int p = 0; p < 2; ++p) std::printf("  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
+    if (direct) {
+      std::printf("  |");
+      for (int p = 0; p < 2; ++p) std::printf("  %7s  %6s  %7s", "(us)", "(GB/s)", "");
+    }
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
+void Report::row(const Row& r) {
+  Table& table = tables_.back();
+  table.rows.push_back(r);
+  for (const Timing& t : r.hvd) {
+    if (t.wrong && *t.wrong > 0) any_wrong_ = true;
+  }
+  if (!printing_) return;
+  const double factor = busbw_factor(table.info.collective);
+  std::printf("  %10llu  %12llu  %8s  %6s  %6d", static_cast<unsigned long long>(r.size),
+              static_cast<unsigned long long>(r.count), type_name(r.dtype),
+              r.op ? hvd_reduce_op_name(*r.op) : "none", r.root);
+  for (const Timing& t : r.hvd) {
+    const double algbw = r.size / t.seconds / 1e9;
+    std::printf("  %7s  %6.2f  %6s  %6s", time_text(t.seconds * 1e6).c_str(), algbw,
+                std::isnan(factor) ? "N/A" : number(algbw * factor).c_str(),
+                wrong_text(t.wrong).c_str());
+  }
+  if (!table.info.direct_call.empty()) {
+    std::printf("  |");
+    for (int p = 0; p < 2; ++p) {
+      if (!r.direct[p]) {
+        std::printf("  %7s  %6s  %7s", "n/a", "", "");
+        continue;
+      }
+      const double algbw = r.size / r.direct[p]->seconds / 1e9;
+      std::printf("  %7s  %6s  %7.3f", time_text(r.direct[p]->seconds * 1e6).c_str(),
+                  std::isnan(factor) ? "N/A" : number(algbw * factor).c_str(),
+                  r.direct[p]->median_seconds / r.hvd[p].median_seconds);
+    }
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+void Report::latency_row(const LatencyRow& r) {
+  Table& table = tables_.back();
+  table.latency.push_back(r);
+  if (r.wrong && *r.wrong > 0) any_wrong_ = true;
+  if (!printing_) return;
+  std::printf("  %10llu  %12llu  %8s  %6s  %6d  %6d  %8.2f  %8.2f  %8.2f  %8.2f  %8.2f  %6s",
+              static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.count),
+              type_name(r.dtype), r.op ? hvd_reduce_op_name(*r.op) : "none", r.root, r.iters,
+              r.hvd.avg, r.hvd.p50, r.hvd.p99, r.hvd.min, r.hvd.max, wrong_text(r.wrong).c_str());
+  if (!table.info.direct_call.empty()) {
+    if (r.direct) {
+      std::printf("  |  %8.2f  %8.2f  %8.2f  %+8.2f  %+8.2f", r.direct->avg, r.direct->p50,
+                  r.direct->p99, r.hvd.avg - r.direct->avg, r.hvd.p50 - r.direct->p50);
+    } else {
+      std::printf("  |  %8s", "n/a");
+    }
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+void Report::end_table() {
+  const Table& table = tables_.back();
+  if (!printing_) return;
+  uint64_t wrong = 0;
+  bool checked = false;
+  for (const Row& r : table.rows) {
+    for (const Timing& t : r.hvd) {
+      if (t.wrong) {
+        checked = true;
+        wrong += *t.wrong;
+      }
+    }
+  }
+  for (const LatencyRow& r : table.latency) {
+    if (r.wrong) {
+      checked = true;
+      wrong += *r.wrong;
+    }
+  }
+  std::printf("# Out of bounds values : %s\n",
+              checked ? (std::to_string(wrong) + (wrong ? " FAILED" : " OK")).c_str()
+                      : "N/A (not checked: -c 0)");
+  if (!options_.latency) {
+    const double factor = busbw_factor(table.info.collective);
+    double sum = 0;
+    int n = 0;
+    std::vector<double> ratios_large, ratios_all;
+    for (const Row& r : table.rows) {
+      for (int p = 0; p < 2; ++p) {
+        sum += r.size / r.hvd[p].seconds / 1e9 * factor;
+        ++n;
+        if (r.direct[p]) {
+          const double ratio = r.direct[p]->median_seconds / r.hvd[p].median_seconds;
+          ratios_all.push_back(ratio);
+          if (r.size >= kRatioFloor) ratios_large.push_back(ratio);
+        }
+      }
+    }
+    std::printf("# Avg bus bandwidth    : %s\n",
+                std::isnan(factor) || n == 0 ? "N/A" : number(sum / n, "%g").c_str());
+    if (!ratios_all.empty()) {
+      std::printf(
+          "# hvd/direct bandwidth (direct time / hvd time, per-call medians): median %.3f, min "
+          "%.3f over all %zu",
+          median(ratios_all), *std::min_element(ratios_all.begin(), ratios_all.end()),
+          ratios_all.size());
+      if (!ratios_large.empty()) {
+        std::printf("; at >= 1 MiB median %.3f, min %.3f", median(ratios_large),
+                    *std::min_element(ratios_large.begin(), ratios_large.end()));
+      }
+      std::printf("\n");
+    }
+  } else if (!table.latency.empty() && table.latency.front().direct) {
+    const LatencyRow& first = table.latency.front();
+    std::printf("# Added latency at %llu B: %+.2f us at p50, %+.2f us on average\n",
+                static_cast<unsigned long long>(first.size), first.hvd.p50 - first.direct->p50,
+                first.hvd.avg - first.direct->avg);
+  }
+  std::printf("#\n");
+  std::fflush(stdout);
+}
+
+Status Report::write_json(const std::string& path) const {
+  auto timing = [&](const Timing& t, uint64_t size, double factor) {
+    JsonObject o;
+    const double algbw = size / t.seconds / 1e9;
+    o.num("time", t.seconds * 1e6).num("alg_bw", algbw).num("bus_bw", algbw * factor);
+    o.num("time_median", t.median_seconds * 1e6);
+    if (t.wrong) {
+      o.integer("nwrong", static_cast<int64_t>(*t.wrong));
+    } else {
+      o.add("nwrong", "null");
+    }
+    return o.text();
+  };
+  auto stats = [](const LatencyStats& s) {
+    return JsonObject()
+        .num("avg", s.avg)
+        .num("p50", s.p50)
+        .num("p99", s.p99)
+        .num("min", s.min)
+        .num("max", s.max)
+        .text();
+  };
+  std::vector<std::string> results;
+  for (const Table& table : tables_) {
+    const double factor = busbw_factor(table.info.collective);
+    auto common = [&](JsonObject& o, uint64_t size, uint64_t count, hvd_dtype dtype,
+                      const std::optional<hvd_reduce_op>& op, int root) {
+      o.str("backend", table.info.backend)
+          .str("backend_version", table.info.backend_version)
+          .str("transport", table.info.transport)
+          .str("collective", collective_name(table.info.collective))
+          .integer("size", static_cast<int64_t>(size))
+          .integer("count", static_cast<int64_t>(count))
+          .str("type", type_name(dtype))
+          .str("redop", op ? hvd_reduce_op_name(*op) : "none")
+          .integer("root", root);
+    };
+    for (const Row& r : table.rows) {
+      JsonObject o;
+      common(o, r.size, r.count, r.dtype, r.op, r.root);
+      o.add("out_of_place", timing(r.hvd[0], r.size, factor))
+          .add("in_place", timing(r.hvd[1], r.size, factor));
+      if (!table.info.direct_call.empty()) {
+        JsonObject d;
+        d.str("call", table.info.direct_call);
+        if (!r.direct_unsupported.empty()) d.str("unsupported", r.direct_unsupported);
+        const char* keys[2] = {"out_of_place", "in_place"};
+        for (int p = 0; p < 2; ++p) {
+          if (!r.direct[p]) continue;
+          d.add(keys[p], timing(*r.direct[p], r.size, factor));
+          d.num(std::string("ratio_") + keys[p],
+                r.direct[p]->median_seconds / r.hvd[p].median_seconds);
+        }
+        o.add("direct", d.text());
+      }
+      results.push_back(o.text());
+    }
+    for (const LatencyRow& r : table.latency) {
+      JsonObject o;
+      common(o, r.size, r.count, r.dtype, r.op, r.root);
+      o.integer("iters", r.iters).add("latency_us", stats(r.hvd));
+      if (r.wrong) {
+        o.integer("nwrong", static_cast<int64_t>(*r.wrong));
+      } else {
+        o.add("nwrong", "null");
+      }
+      if (!table.info.direct_call.empty()) {
+        JsonObject d;
+        d.str("call", table.info.direct_call);
+        if (r.direct) {
+          d.add("latency_us", stats(*r.direct))
+              .num("added_us_p50", r.hvd.p50 - r.direct->p50)
+              .num("added_us_avg", r.hvd.avg - r.direct->avg);
+        } else {
+          d.str("unsupported", r.direct_unsupported);
+        }
+        o.add("direct", d.text());
+      }
+      results.push_back(o.text());
+    }
+  }
+  std::vector<std::string> hosts, skipped;
+  for (const std::string& h : job_.hosts) hosts.push_back(quoted(h));
+  for (const auto& [backend, why] : skipped_) {
+    skipped.push_back(JsonObject().str("backend", backend).str("reason", why).text());
+  }
+  JsonObject limits;
+  limits.num("memcpy_GBps", limits_.memcpy_gbps)
+      .num("tcp_loopback_GBps", limits_.tcp_loopback_gbps);
+  limits.num("cuda_d2d_GBps", limits_.cuda_d2d_gbps >= 0 ? limits_.cuda_d2d_gbps : NAN);
+  const Options& o = options_;
+  JsonObject settings;
+  settings.integer("min_bytes", static_cast<int64_t>(o.min_bytes))
+      .integer("max_bytes", static_cast<int64_t>(o.max_bytes))
+      .num("step_factor", o.step_factor)
+      .integer("step_bytes", static_cast<int64_t>(o.step_bytes))
+      .integer("iters", o.iters)
+      .integer("warmup_iters", o.warmup_iters)
+      .integer("check", o.check ? 1 : 0)
+      .str("mode", o.latency ? "latency" : "bandwidth")
+      .str("memory", o.memory == HVD_MEMORY_CUDA ? "cuda" : "host")
+      .add("baseline", o.baseline ? "true" : "false");
+  JsonObject top;
+  top.str("benchmark", "hvd-bench")
+      .str("version", job_.hvd_version)
+      .str("command", o.command_line)
+      .integer("ranks", job_.ranks)
+      .add("hosts", json_array(hosts))
+      .add("settings", settings.text())
+      .add("limits", limits.text())
+      .add("results", json_array(results, ",\n  "))
+      .add("skipped", json_array(skipped));
+
+  std::ofstream out(path);
+  if (!out) return error(HVD_ERR_SYSTEM, "cannot write " + path);
+  out << top.text() << "\n";
+  out.close();
+  if (!out) return error(HVD_ERR_SYSTEM, "writing " + path + " failed");
+  return Status::success();
+}
+
+}  // namespace hvd::bench

@@ -1,0 +1,106 @@
+// What hvd-bench prints (nccl-tests' table, OSU's latency columns) and writes (-J JSON).
+// Only one rank prints; every rank may call these with printing off.
+#ifndef HVD_BENCH_REPORT_HPP
+#define HVD_BENCH_REPORT_HPP
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hvd/sdk/result.hpp"
+#include "limits.hpp"
+#include "options.hpp"
+
+namespace hvd::bench {
+
+struct JobInfo {
+  int ranks = 0;
+  std::vector<std::string> hosts;  // distinct, in rank order
+  std::string hvd_version;
+};
+
+struct TableInfo {
+  std::string backend;
+  std::string backend_version;
+  std::string transport;  // what the backend's bytes travel on, as far as hvd-bench can tell
+  Collective collective = Collective::kAllreduce;
+  std::string direct_call;  // "MPI_Allreduce"; empty without --baseline (or without one)
+};
+
+// One timed placement (out of place or in place): seconds per call averaged over the ranks (the
+// mean, as nccl-tests; and the median of calls timed one by one, which --baseline's ratios use),
+// and the wrong elements summed over the ranks (absent when not checked).
+struct Timing {
+  double seconds = 0;
+  double median_seconds = 0;
+  std::optional<uint64_t> wrong;
+};
+
+struct Row {
+  uint64_t size = 0;   // bytes per rank's result (allgather: the gathered size)
+  uint64_t count = 0;  // elements in those bytes
+  hvd_dtype dtype = HVD_FLOAT32;
+  std::optional<hvd_reduce_op> op;  // allreduce only
+  int root = -1;                    // broadcast only
+  Timing hvd[2];                    // [0] out of place, [1] in place
+  std::optional<Timing> direct[2];  // absent without a baseline, or where it cannot run
+  std::string direct_unsupported;   // why not, then
+};
+
+// Per-call latency statistics in microseconds (avg over ranks; percentiles and max of the
+// slowest rank; min of the fastest).
+struct LatencyStats {
+  double avg = 0, p50 = 0, p99 = 0, min = 0, max = 0;
+};
+
+struct LatencyRow {
+  uint64_t size = 0;
+  uint64_t count = 0;
+  hvd_dtype dtype = HVD_FLOAT32;
+  std::optional<hvd_reduce_op> op;
+  int root = -1;
+  int iters = 0;
+  LatencyStats hvd;
+  std::optional<LatencyStats> direct;
+  std::string direct_unsupported;
+  std::optional<uint64_t> wrong;
+};
+
+class Report {
+ public:
+  Report(const Options& options, bool printing) : options_(options), printing_(printing) {}
+
+  void header(const JobInfo& job, const PhysicalLimits& limits);
+  void skip(const std::string& backend, const std::string& why);
+  void note(const std::string& line);  // a "# ..." line, printed only
+
+  void begin_table(const TableInfo& table);
+  void row(const Row& row);
+  void latency_row(const LatencyRow& row);
+  void end_table();
+
+  // Any wrong element, in any table.
+  bool any_wrong() const { return any_wrong_; }
+  Status write_json(const std::string& path) const;
+
+ private:
+  struct Table {
+    TableInfo info;
+    std::vector<Row> rows;
+    std::vector<LatencyRow> latency;
+  };
+  double busbw_factor(Collective c) const;
+
+  const Options& options_;
+  bool printing_;
+  bool any_wrong_ = false;
+  JobInfo job_;
+  PhysicalLimits limits_;
+  std::vector<Table> tables_;
+  std::vector<std::pair<std::string, std::string>> skipped_;
+};
+
+}  // namespace hvd::bench
+
+#endif  // HVD_BENCH_REPORT_HPP

@@ -1,0 +1,73 @@
+// The SDK's reduction kernels (hvd/reduce.h) in GB/s of output, beside memcpy of the same bytes
+// in the same process: "vs_memcpy" is the kernel's rate over memcpy's.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "hvd/reduce.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// memcpy's rate for `bytes`, best of several: the yardstick every kernel is divided by.
+double memcpy_gbps(size_t bytes) {
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  double best = 1e30;
+  for (int rep = 0; rep < 20; ++rep) {
+    const auto t0 = Clock::now();
+    std::memcpy(to.data(), from.data(), bytes);
+    benchmark::ClobberMemory();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return bytes / best / 1e9;
+}
+
+void BM_memcpy(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  for (auto _ : state) {
+    std::memcpy(to.data(), from.data(), bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_memcpy)->Arg(256 << 10)->Arg(16 << 20);
+
+// out = a (op) b over `bytes` of output, as a backend's reduction step does.
+void BM_reduce(benchmark::State& state, hvd_dtype dtype, hvd_reduce_op op) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const size_t count = bytes / hvd_dtype_size(dtype);
+  std::vector<char> a(bytes, 0), b(bytes, 0), out(bytes, 0);  // zeros: valid in every dtype
+  const double yardstick = memcpy_gbps(bytes);
+  const auto t0 = Clock::now();
+  for (auto _ : state) {
+    hvd_reduce(out.data(), a.data(), b.data(), count, dtype, op);
+    benchmark::ClobberMemory();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+  state.counters["vs_memcpy"] = (state.iterations() * bytes / seconds / 1e9) / yardstick;
+}
+
+// Every dtype x op, at an in-cache and an out-of-cache size.
+const bool registered = [] {
+  for (int d = 0; d < HVD_DTYPE_COUNT; ++d) {
+    for (int o = 0; o < HVD_REDUCE_OP_COUNT; ++o) {
+      const auto dtype = static_cast<hvd_dtype>(d);
+      const auto op = static_cast<hvd_reduce_op>(o);
+      const std::string name =
+          std::string("BM_reduce/") + hvd_dtype_name(dtype) + "/" + hvd_reduce_op_name(op);
+      benchmark::RegisterBenchmark(name.c_str(), BM_reduce, dtype, op)
+          ->Arg(256 << 10)
+          ->Arg(16 << 20);
+    }
+  }
+  return true;
+}();
+
+}  // namespace
