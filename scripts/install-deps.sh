@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libboost-dev libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libfabric-dev libfabric-bin
-  iproute2 zlib1g-dev
+  iproute2 zlib1g-dev jq gnuplot-nox
 )
 
 missing=()

@@ -112,8 +112,14 @@ class Runner {
     }
     for (hvd_dtype dtype : o_.dtypes) {
       for (const auto& op : ops) {
-        for (uint64_t size : message_sizes(o_))
+        // Sizes that round to the same element count (1 byte of float) are measured once.
+        std::optional<uint64_t> last_count;
+        for (uint64_t size : message_sizes(o_)) {
+          const uint64_t count = per_rank_count(collective, dtype, size);
+          if (last_count == count) continue;
+          last_count = count;
           HVD_RETURN_IF_ERROR(measure(collective, dtype, op, size));
+        }
       }
     }
     return Status::success();
@@ -227,12 +233,17 @@ class Runner {
     return synchronize(o_.memory);
   }
 
+  // Elements each rank sends for a message of `size` bytes (for allgather, the gathered size).
+  uint64_t per_rank_count(Collective collective, hvd_dtype dtype, uint64_t size) const {
+    const uint64_t element = hvd_dtype_size(dtype);
+    return size / (collective == Collective::kAllgather ? element * comm_.size() : element);
+  }
+
   Status measure(Collective collective, hvd_dtype dtype, std::optional<hvd_reduce_op> op,
                  uint64_t size) {
     const int n = comm_.size();
     const size_t element = hvd_dtype_size(dtype);
-    const uint64_t per_rank_divisor = collective == Collective::kAllgather ? element * n : element;
-    const uint64_t count = size / per_rank_divisor;
+    const uint64_t count = per_rank_count(collective, dtype, size);
     const uint64_t result_count = collective == Collective::kAllgather ? count * n : count;
     const uint64_t result_size = result_count * element;
     const bool with_direct = direct_ != nullptr;

@@ -7,7 +7,8 @@
  * Compiled several times with one of these defines to make broken plugins for loader tests:
  *   HVD_TEST_FAIL_INIT  init fails with a message
  *   HVD_TEST_ABI2       exports hvd_backend_entry_v2 (a future major) instead of _v1
- *   HVD_TEST_NO_ENTRY   exports an unrelated symbol only */
+ *   HVD_TEST_NO_ENTRY   exports an unrelated symbol only
+ *   HVD_TEST_WRONG_SUM  allreduce leaves out the last rank's data: wrong answers, no error */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,12 @@ static hvd_status kvs_allreduce(hvd_backend_comm* c, const hvd_collective_args* 
   hvd_status s = gather_all(c, a->sendbuf, bytes, &all);
   if (s != HVD_SUCCESS) return s;
   if (bytes > 0) memcpy(a->recvbuf, all, bytes);
-  for (int r = 1; r < c->size && s == HVD_SUCCESS; ++r) {
+#ifdef HVD_TEST_WRONG_SUM
+  const int reduced = c->size - 1;
+#else
+  const int reduced = c->size;
+#endif
+  for (int r = 1; r < reduced && s == HVD_SUCCESS; ++r) {
     s = hvd_reduce(a->recvbuf, a->recvbuf, all + (size_t)r * bytes, a->count, a->dtype, a->op);
   }
   if (s == HVD_SUCCESS && a->op == HVD_AVERAGE)

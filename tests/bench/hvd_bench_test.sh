@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# hvd-bench as a user runs it: a short job at 3 ranks whose JSON must parse and report no wrong
+# element; the same on a deliberately wrong backend, where the check must catch it; the plot.
+#
+#   hvd_bench_test.sh HVDRUN HVD_BENCH HVD_BENCH_PLOT TEST_PLUGIN_DIR [MPIRUN]
+set -euo pipefail
+hvdrun=$1 bench=$2 plot=$3 test_plugins=$4 mpirun=${5:-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+command -v jq >/dev/null || fail "jq is missing (scripts/install-deps.sh installs it)"
+
+short=(-b 0 -e 64K -f 8 -n 2 -w 1 -C all -d float,int8,half -o sum,max)
+
+echo "== 3 ranks, every collective, with the baseline"
+"$hvdrun" -np 3 --timeout 120 -- "$bench" --backend gloo --baseline "${short[@]}" -J "$work/gloo.json" \
+  | tee "$work/gloo.txt"
+jq -e . "$work/gloo.json" >/dev/null || fail "the JSON does not parse"
+jq -e '.ranks == 3' "$work/gloo.json" >/dev/null || fail "ranks is not 3"
+for c in allreduce allgather broadcast; do
+  jq -e --arg c "$c" '[.results[] | select(.collective == $c and .size == 0)] | length > 0' \
+    "$work/gloo.json" >/dev/null || fail "no zero-size $c rows"
+  jq -e --arg c "$c" '[.results[] | select(.collective == $c and .size > 30000)] | length > 0' \
+    "$work/gloo.json" >/dev/null || fail "no 32 KiB $c rows"
+done
+jq -e '[.results[] | .out_of_place.nwrong, .in_place.nwrong] | all(. == 0)' "$work/gloo.json" \
+  >/dev/null || fail "hvd-bench counted wrong elements on gloo"
+jq -e '[.results[] | select(.direct.out_of_place) | .direct.ratio_out_of_place] | length > 0' \
+  "$work/gloo.json" >/dev/null || fail "no baseline ratios in the JSON"
+grep -q "Avg bus bandwidth" "$work/gloo.txt" || fail "no footer in the table"
+
+echo "== latency mode"
+"$hvdrun" -np 3 --timeout 120 -- "$bench" --backend gloo --latency --baseline -b 8 -e 64 -f 8 -n 20 \
+  -w 2 -J "$work/latency.json" >/dev/null
+jq -e '[.results[] | .latency_us.p50 > 0 and .nwrong == 0] | all' "$work/latency.json" \
+  >/dev/null || fail "latency results are missing or wrong"
+
+echo "== a backend that returns wrong sums must fail the run"
+if HVD_PLUGIN_PATH="$test_plugins" "$hvdrun" -np 3 --timeout 120 -- "$bench" --backend wrongsum \
+     -b 4 -e 64 -n 1 -w 0 -J "$work/wrong.json" >"$work/wrong.txt" 2>&1; then
+  cat "$work/wrong.txt"; fail "hvd-bench exited 0 on wrong sums"
+fi
+jq -e '[.results[] | .out_of_place.nwrong] | add > 0' "$work/wrong.json" >/dev/null ||
+  fail "the wrong sums were not counted"
+grep -q "FAILED" "$work/wrong.txt" || fail "no FAILED line for wrong sums"
+
+echo "== the plot"
+if command -v gnuplot >/dev/null; then
+  "$plot" -o "$work/plot.png" "$work/gloo.json"
+  [ "$(head -c 4 "$work/plot.png" | tail -c 3)" = "PNG" ] || fail "the plot is not a PNG"
+else
+  echo "skipping the plot: gnuplot is missing"
+fi
+
+if [ -n "$mpirun" ]; then
+  echo "== under mpirun: every backend, mpi with MPI_Allreduce beside it"
+  "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 3 "$bench" --backend all \
+    --baseline -b 8 -e 4K -f 8 -n 2 -w 1 -J "$work/mpi.json" >/dev/null
+  jq -e '[.results[] | select(.backend == "mpi")] | length > 0' "$work/mpi.json" >/dev/null ||
+    fail "no mpi results under mpirun"
+  jq -e '[.results[] | .out_of_place.nwrong, .in_place.nwrong] | all(. == 0)' "$work/mpi.json" \
+    >/dev/null || fail "wrong elements under mpirun"
+fi
+echo "PASS"
