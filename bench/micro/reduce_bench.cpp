@@ -38,11 +38,38 @@ void BM_memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_memcpy)->Arg(256 << 10)->Arg(16 << 20);
 
+// Gradient-like values: normal numbers in every floating type (zeros would take the 16-bit
+// conversions' rare subnormal path), small integers otherwise.
+std::vector<char> sample_data(hvd_dtype dtype, size_t count, int seed) {
+  std::vector<char> data(count * hvd_dtype_size(dtype));
+  for (size_t i = 0; i < count; ++i) {
+    const float v = 0.25f + static_cast<float>((i * 7 + static_cast<size_t>(seed)) % 13);
+    switch (dtype) {
+      case HVD_FLOAT16:
+        reinterpret_cast<uint16_t*>(data.data())[i] = hvd_float_to_float16(v);
+        break;
+      case HVD_BFLOAT16:
+        reinterpret_cast<uint16_t*>(data.data())[i] = hvd_float_to_bfloat16(v);
+        break;
+      case HVD_FLOAT32:
+        reinterpret_cast<float*>(data.data())[i] = v;
+        break;
+      case HVD_FLOAT64:
+        reinterpret_cast<double*>(data.data())[i] = v;
+        break;
+      default:
+        data[i * hvd_dtype_size(dtype)] = static_cast<char>(v);
+    }
+  }
+  return data;
+}
+
 // out = a (op) b over `bytes` of output, as a backend's reduction step does.
 void BM_reduce(benchmark::State& state, hvd_dtype dtype, hvd_reduce_op op) {
   const size_t bytes = static_cast<size_t>(state.range(0));
   const size_t count = bytes / hvd_dtype_size(dtype);
-  std::vector<char> a(bytes, 0), b(bytes, 0), out(bytes, 0);  // zeros: valid in every dtype
+  std::vector<char> a = sample_data(dtype, count, 1), b = sample_data(dtype, count, 2);
+  std::vector<char> out(bytes, 0);
   const double yardstick = memcpy_gbps(bytes);
   const auto t0 = Clock::now();
   for (auto _ : state) {

@@ -91,6 +91,49 @@ TEST(Reduce, HalfTypesReduceInFloatAndRoundBack) {
   }
 }
 
+// The vector kernels (F16C / AVX2, where the CPU has them) must give the scalar conversions'
+// bits for every non-NaN input: random bit patterns (normals, subnormals, infinities, signed
+// zeros, overflow to infinity), in place and out of place, with a tail that is not a multiple of
+// eight.
+TEST(Reduce, HalfTypesMatchTheScalarDefinitionBitForBit) {
+  uint32_t state = 12345;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<uint16_t>(state >> 16);
+  };
+  constexpr size_t kCount = 4099;
+  for (hvd_dtype dtype : {HVD_FLOAT16, HVD_BFLOAT16}) {
+    auto to = dtype == HVD_FLOAT16 ? hvd_float_to_float16 : hvd_float_to_bfloat16;
+    auto from = dtype == HVD_FLOAT16 ? hvd_float16_to_float : hvd_bfloat16_to_float;
+    std::vector<uint16_t> a(kCount), b(kCount);
+    for (size_t i = 0; i < kCount; ++i) {
+      do a[i] = next();
+      while (std::isnan(from(a[i])));
+      do b[i] = next();
+      while (std::isnan(from(b[i])));
+    }
+    for (int o = 0; o < HVD_REDUCE_OP_COUNT; ++o) {
+      const auto op = static_cast<hvd_reduce_op>(o);
+      std::vector<uint16_t> out(kCount), in_place = a;
+      ASSERT_EQ(hvd_reduce(out.data(), a.data(), b.data(), kCount, dtype, op), HVD_SUCCESS);
+      ASSERT_EQ(hvd_reduce(in_place.data(), in_place.data(), b.data(), kCount, dtype, op),
+                HVD_SUCCESS);
+      for (size_t i = 0; i < kCount; ++i) {
+        const float x = from(a[i]), y = from(b[i]);
+        float r = x + y;
+        if (op == HVD_PRODUCT) r = x * y;
+        if (op == HVD_MIN) r = y < x ? y : x;
+        if (op == HVD_MAX) r = y > x ? y : x;
+        const uint16_t want = to(r);
+        if (std::isnan(r)) continue;  // inf - inf: any NaN will do
+        ASSERT_EQ(out[i], want) << hvd_dtype_name(dtype) << " " << hvd_reduce_op_name(op) << " at "
+                                << i << ": " << x << ", " << y;
+        ASSERT_EQ(in_place[i], want) << "in place, at " << i;
+      }
+    }
+  }
+}
+
 TEST(Divide, TruncatesIntegersAndDividesFloats) {
   std::vector<int32_t> ints = {7, -7, 8};
   ASSERT_EQ(hvd_divide(ints.data(), 3, HVD_INT32, 2), HVD_SUCCESS);
