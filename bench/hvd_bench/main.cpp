@@ -421,7 +421,7 @@ class Bench {
       std::fprintf(stderr, "hvd-bench: wrong results (see #wrong)\n");
       failed = true;
     }
-    if (!header_done_) {
+    if (!header_done_ && !failed) {
       std::fprintf(stderr, "hvd-bench: no backend could run\n");
       failed = true;
     }
