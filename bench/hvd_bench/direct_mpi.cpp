@@ -6,43 +6,13 @@
 #include <cstring>
 
 #include "direct.hpp"
+#include "mpi_types.hpp"
 
 namespace hvd::bench {
 namespace {
 
-MPI_Datatype mpi_type(hvd_dtype dtype) {
-  switch (dtype) {
-    case HVD_UINT8:
-      return MPI_UINT8_T;
-    case HVD_INT8:
-      return MPI_INT8_T;
-    case HVD_INT32:
-      return MPI_INT32_T;
-    case HVD_INT64:
-      return MPI_INT64_T;
-    case HVD_FLOAT32:
-      return MPI_FLOAT;
-    case HVD_FLOAT64:
-      return MPI_DOUBLE;
-    default:
-      return MPI_DATATYPE_NULL;
-  }
-}
-
-MPI_Op mpi_op(hvd_reduce_op op) {
-  switch (op) {
-    case HVD_SUM:
-      return MPI_SUM;
-    case HVD_PRODUCT:
-      return MPI_PROD;
-    case HVD_MIN:
-      return MPI_MIN;
-    case HVD_MAX:
-      return MPI_MAX;
-    default:
-      return MPI_OP_NULL;
-  }
-}
+using hvd::mpi::builtin_op;
+using hvd::mpi::builtin_type;
 
 class DirectMpi final : public DirectLibrary {
  public:
@@ -62,10 +32,10 @@ class DirectMpi final : public DirectLibrary {
 
   std::string unsupported(const CollectiveCall& c) const override {
     if (c.placement.memory_type != HVD_MEMORY_HOST) return "host memory only";
-    if (mpi_type(c.dtype) == MPI_DATATYPE_NULL) {
+    if (builtin_type(c.dtype) == MPI_DATATYPE_NULL) {
       return std::string("MPI has no ") + hvd_dtype_name(c.dtype) + " type";
     }
-    if (c.collective == Collective::kAllreduce && mpi_op(c.op) == MPI_OP_NULL) {
+    if (c.collective == Collective::kAllreduce && builtin_op(c.op) == MPI_OP_NULL) {
       return std::string("MPI has no ") + hvd_reduce_op_name(c.op) + " op";
     }
     if (c.count > static_cast<uint64_t>(INT_MAX)) return "count above INT_MAX";
@@ -74,12 +44,12 @@ class DirectMpi final : public DirectLibrary {
 
   Status run(const CollectiveCall& c) override {
     const int count = static_cast<int>(c.count);
-    const MPI_Datatype type = mpi_type(c.dtype);
+    const MPI_Datatype type = builtin_type(c.dtype);
     int rc = MPI_SUCCESS;
     switch (c.collective) {
       case Collective::kAllreduce:
         rc = MPI_Allreduce(c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, count, type,
-                           mpi_op(c.op), MPI_COMM_WORLD);
+                           builtin_op(c.op), MPI_COMM_WORLD);
         break;
       case Collective::kAllgather: {
         const char* mine = static_cast<const char*>(c.recv) +

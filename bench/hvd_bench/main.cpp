@@ -248,15 +248,15 @@ class Runner {
     const uint64_t result_size = result_count * element;
     const bool with_direct = direct_ != nullptr;
 
-    if (o_.latency) {
-      return measure_latency(collective, dtype, op, count, result_count, result_size);
-    }
+    Message message;
+    message.size = result_size;
+    message.count = result_count;
+    message.dtype = dtype;
+    message.op = op;
+    message.root = collective == Collective::kBroadcast ? o_.root : -1;
+    if (o_.latency) return measure_latency(collective, message, count);
     Row row;
-    row.size = result_size;
-    row.count = result_count;
-    row.dtype = dtype;
-    row.op = op;
-    row.root = collective == Collective::kBroadcast ? o_.root : -1;
+    static_cast<Message&>(row) = message;
     for (int p = 0; p < 2; ++p) {
       const CollectiveCall c = make_call(collective, dtype, op.value_or(HVD_SUM), count, p);
       const Call through_hvd = [&] { return run_through_hvd(comm_, c); };
@@ -303,9 +303,10 @@ class Runner {
   }
 
   // OSU-style: each call timed alone; the statistics of every rank's samples, then over ranks.
-  Status measure_latency(Collective collective, hvd_dtype dtype, std::optional<hvd_reduce_op> op,
-                         uint64_t count, uint64_t result_count, uint64_t result_size) {
-    const bool small = result_size <= 8192;
+  Status measure_latency(Collective collective, const Message& message, uint64_t count) {
+    const hvd_dtype dtype = message.dtype;
+    const std::optional<hvd_reduce_op>& op = message.op;
+    const bool small = message.size <= 8192;
     const int iters = o_.iters > 0 ? o_.iters : (small ? 1000 : 100);
     const int warmup = o_.warmup_iters >= 0 ? o_.warmup_iters : (small ? 100 : 10);
     const CollectiveCall c = make_call(collective, dtype, op.value_or(HVD_SUM), count, 0);
@@ -324,11 +325,7 @@ class Runner {
       if (direct_here) HVD_RETURN_IF_ERROR(time_call(direct_call, direct_s));
     }
     LatencyRow row;
-    row.size = result_size;
-    row.count = result_count;
-    row.dtype = dtype;
-    row.op = op;
-    row.root = collective == Collective::kBroadcast ? o_.root : -1;
+    static_cast<Message&>(row) = message;
     row.iters = iters;
     HVD_ASSIGN_OR_RETURN(row.hvd, stats_over_ranks(hvd_s));
     if (direct_here) {
@@ -403,20 +400,18 @@ class Bench {
         failed = true;
         break;  // the job's ranks may now disagree about what comes next
       }
-      const Status finalized = comm->finalize();
+      // The results so far are on disk before any rank can leave: a launcher that stops the
+      // job when one rank exits non-zero (wrong results) would otherwise kill rank 0 first.
+      if (!write_json()) failed = true;
+      const Status left_together = comm->barrier();
+      const Status finalized = left_together.ok() ? comm->finalize() : left_together;
       if (!finalized.ok()) {
         std::fprintf(stderr, "hvd-bench: finalizing %s: %s\n", name.c_str(),
                      finalized.to_string().c_str());
         failed = true;
       }
     }
-    if (!o_.json_path.empty() && printing_ && header_done_) {
-      const Status s = report_.write_json(o_.json_path);
-      if (!s.ok()) {
-        std::fprintf(stderr, "hvd-bench: %s\n", s.to_string().c_str());
-        failed = true;
-      }
-    }
+    if (!write_json()) failed = true;  // with the backends skipped after the last one that ran
     if (report_.any_wrong()) {
       std::fprintf(stderr, "hvd-bench: wrong results (see #wrong)\n");
       failed = true;
@@ -429,6 +424,14 @@ class Bench {
   }
 
  private:
+  // Rank 0 writes every result so far (-J); false if that failed.
+  bool write_json() {
+    if (o_.json_path.empty() || !printing_ || !header_done_) return true;
+    const Status s = report_.write_json(o_.json_path);
+    if (!s.ok()) std::fprintf(stderr, "hvd-bench: %s\n", s.to_string().c_str());
+    return s.ok();
+  }
+
   Status run_backend(Comm& comm) {
     int device = -1;
     if (o_.memory == HVD_MEMORY_CUDA) {

@@ -356,21 +356,20 @@ Status Report::write_json(const std::string& path) const {
   std::vector<std::string> results;
   for (const Table& table : tables_) {
     const double factor = busbw_factor(table.info.collective);
-    auto common = [&](JsonObject& o, uint64_t size, uint64_t count, hvd_dtype dtype,
-                      const std::optional<hvd_reduce_op>& op, int root) {
+    auto common = [&](JsonObject& o, const Message& m) {
       o.str("backend", table.info.backend)
           .str("backend_version", table.info.backend_version)
           .str("transport", table.info.transport)
           .str("collective", collective_name(table.info.collective))
-          .integer("size", static_cast<int64_t>(size))
-          .integer("count", static_cast<int64_t>(count))
-          .str("type", type_name(dtype))
-          .str("redop", op ? hvd_reduce_op_name(*op) : "none")
-          .integer("root", root);
+          .integer("size", static_cast<int64_t>(m.size))
+          .integer("count", static_cast<int64_t>(m.count))
+          .str("type", type_name(m.dtype))
+          .str("redop", m.op ? hvd_reduce_op_name(*m.op) : "none")
+          .integer("root", m.root);
     };
     for (const Row& r : table.rows) {
       JsonObject o;
-      common(o, r.size, r.count, r.dtype, r.op, r.root);
+      common(o, r);
       o.add("out_of_place", timing(r.hvd[0], r.size, factor))
           .add("in_place", timing(r.hvd[1], r.size, factor));
       if (!table.info.direct_call.empty()) {
@@ -390,7 +389,7 @@ Status Report::write_json(const std::string& path) const {
     }
     for (const LatencyRow& r : table.latency) {
       JsonObject o;
-      common(o, r.size, r.count, r.dtype, r.op, r.root);
+      common(o, r);
       o.integer("iters", r.iters).add("latency_us", stats(r.hvd));
       if (r.wrong) {
         o.integer("nwrong", static_cast<int64_t>(*r.wrong));

@@ -37,12 +37,16 @@ struct Timing {
   std::optional<uint64_t> wrong;
 };
 
-struct Row {
+// The message one row measured.
+struct Message {
   uint64_t size = 0;   // bytes per rank's result (allgather: the gathered size)
   uint64_t count = 0;  // elements in those bytes
   hvd_dtype dtype = HVD_FLOAT32;
   std::optional<hvd_reduce_op> op;  // allreduce only
   int root = -1;                    // broadcast only
+};
+
+struct Row : Message {
   Timing hvd[2];                    // [0] out of place, [1] in place
   std::optional<Timing> direct[2];  // absent without a baseline, or where it cannot run
   std::string direct_unsupported;   // why not, then
@@ -54,12 +58,7 @@ struct LatencyStats {
   double avg = 0, p50 = 0, p99 = 0, min = 0, max = 0;
 };
 
-struct LatencyRow {
-  uint64_t size = 0;
-  uint64_t count = 0;
-  hvd_dtype dtype = HVD_FLOAT32;
-  std::optional<hvd_reduce_op> op;
-  int root = -1;
+struct LatencyRow : Message {
   int iters = 0;
   LatencyStats hvd;
   std::optional<LatencyStats> direct;

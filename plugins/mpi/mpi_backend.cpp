@@ -16,6 +16,7 @@
 
 #include "hvd/reduce.h"
 #include "hvd/sdk/backend.hpp"
+#include "mpi_types.hpp"
 
 namespace {
 
@@ -82,37 +83,15 @@ struct HalfOps {
   }
 };
 
+// 16-bit floats travel as 16-bit words; the reduction is the backend's own user op.
 MPI_Datatype mpi_type(hvd_dtype dtype) {
-  switch (dtype) {
-    case HVD_UINT8:
-      return MPI_UINT8_T;
-    case HVD_INT8:
-      return MPI_INT8_T;
-    case HVD_INT32:
-      return MPI_INT32_T;
-    case HVD_INT64:
-      return MPI_INT64_T;
-    case HVD_FLOAT16:
-    case HVD_BFLOAT16:
-      return MPI_UINT16_T;
-    case HVD_FLOAT32:
-      return MPI_FLOAT;
-    default:
-      return MPI_DOUBLE;
-  }
+  const bool half = dtype == HVD_FLOAT16 || dtype == HVD_BFLOAT16;
+  return half ? MPI_UINT16_T : hvd::mpi::builtin_type(dtype);
 }
 
+// AVERAGE sums, then divides.
 MPI_Op builtin_op(hvd_reduce_op op) {
-  switch (op) {
-    case HVD_MIN:
-      return MPI_MIN;
-    case HVD_MAX:
-      return MPI_MAX;
-    case HVD_PRODUCT:
-      return MPI_PROD;
-    default:
-      return MPI_SUM;  // SUM, and AVERAGE before its division
-  }
+  return op == HVD_AVERAGE ? MPI_SUM : hvd::mpi::builtin_op(op);
 }
 
 // MPI counts are int: larger buffers would need derived datatypes, which hvd does not do yet.
