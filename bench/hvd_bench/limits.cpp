@@ -23,20 +23,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double memcpy_gbps() {
-  constexpr size_t kBytes = 64u << 20;
-  std::vector<char> from(kBytes, 1);
-  std::vector<char> to(kBytes, 0);
-  double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    std::memcpy(to.data(), from.data(), kBytes);
-    best = std::min(best, seconds_since(t0));
-    from[static_cast<size_t>(rep)] = to[static_cast<size_t>(rep) + 1];  // keep the copy alive
-  }
-  return kBytes / best / 1e9;
-}
-
 double tcp_loopback_gbps() {
   constexpr size_t kBytes = 512u << 20;
   constexpr size_t kChunk = 4u << 20;
@@ -67,9 +53,23 @@ double tcp_loopback_gbps() {
 
 }  // namespace
 
+double memcpy_gbps(size_t bytes, int reps) {
+  std::vector<char> from(bytes, 1);
+  std::vector<char> to(bytes, 0);
+  double best = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = Clock::now();
+    std::memcpy(to.data(), from.data(), bytes);
+    best = std::min(best, seconds_since(t0));
+    // Read what was written, so the copy cannot be dropped.
+    from[static_cast<size_t>(rep) % bytes] = to[(static_cast<size_t>(rep) + 1) % bytes];
+  }
+  return bytes / best / 1e9;
+}
+
 PhysicalLimits measure_limits(int cuda_device) {
   PhysicalLimits limits;
-  limits.memcpy_gbps = memcpy_gbps();
+  limits.memcpy_gbps = memcpy_gbps(64u << 20, 5);
   limits.tcp_loopback_gbps = tcp_loopback_gbps();
   if (cuda_device < 0) return limits;
 #ifdef HVD_BENCH_WITH_CUDA

@@ -3,6 +3,7 @@
 #ifndef HVD_BENCH_LIMITS_HPP
 #define HVD_BENCH_LIMITS_HPP
 
+#include <cstddef>
 #include <string>
 
 namespace hvd::bench {
@@ -16,6 +17,10 @@ struct PhysicalLimits {
 
 // Measures memcpy and loopback TCP; the device copy too when `cuda_device` >= 0.
 PhysicalLimits measure_limits(int cuda_device);
+
+// One thread's memcpy of `bytes`, best of `reps`, in GB/s of bytes copied: the yardstick of the
+// header and of hvd-micro's reduction kernels.
+double memcpy_gbps(size_t bytes, int reps);
 
 }  // namespace hvd::bench
 

@@ -290,7 +290,6 @@ class Runner {
         HVD_ASSIGN_OR_RETURN(double seconds, time_block(through_hvd, o_.iters));
         HVD_ASSIGN_OR_RETURN(double sum, sum_over_ranks(comm_, seconds));
         row.hvd[p].seconds = sum / n;
-        row.hvd[p].median_seconds = row.hvd[p].seconds;
         if (with_direct) row.direct_unsupported = unsupported;
       }
       if (o_.check) {

@@ -34,6 +34,12 @@ std::string wrong_text(const std::optional<uint64_t>& wrong) {
   return wrong ? std::to_string(*wrong) : "N/A";
 }
 
+// --baseline's ratio: direct time over hvd time, from the per-call medians (both sides have them
+// wherever there is a direct timing).
+double hvd_over_direct(const Timing& hvd, const Timing& direct) {
+  return direct.median_seconds.value_or(NAN) / hvd.median_seconds.value_or(NAN);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -241,7 +247,7 @@ void Report::row(const Row& r) {
       const double algbw = r.size / r.direct[p]->seconds / 1e9;
       std::printf("  %7s  %6s  %7.3f", time_text(r.direct[p]->seconds * 1e6).c_str(),
                   std::isnan(factor) ? "N/A" : number(algbw * factor).c_str(),
-                  r.direct[p]->median_seconds / r.hvd[p].median_seconds);
+                  hvd_over_direct(r.hvd[p], *r.direct[p]));
     }
   }
   std::printf("\n");
@@ -301,7 +307,7 @@ void Report::end_table() {
         sum += r.size / r.hvd[p].seconds / 1e9 * factor;
         ++n;
         if (r.direct[p]) {
-          const double ratio = r.direct[p]->median_seconds / r.hvd[p].median_seconds;
+          const double ratio = hvd_over_direct(r.hvd[p], *r.direct[p]);
           ratios_all.push_back(ratio);
           if (r.size >= kRatioFloor) ratios_large.push_back(ratio);
         }
@@ -336,7 +342,7 @@ Status Report::write_json(const std::string& path) const {
     JsonObject o;
     const double algbw = size / t.seconds / 1e9;
     o.num("time", t.seconds * 1e6).num("alg_bw", algbw).num("bus_bw", algbw * factor);
-    o.num("time_median", t.median_seconds * 1e6);
+    if (t.median_seconds) o.num("time_median", *t.median_seconds * 1e6);
     if (t.wrong) {
       o.integer("nwrong", static_cast<int64_t>(*t.wrong));
     } else {
@@ -380,8 +386,7 @@ Status Report::write_json(const std::string& path) const {
         for (int p = 0; p < 2; ++p) {
           if (!r.direct[p]) continue;
           d.add(keys[p], timing(*r.direct[p], r.size, factor));
-          d.num(std::string("ratio_") + keys[p],
-                r.direct[p]->median_seconds / r.hvd[p].median_seconds);
+          d.num(std::string("ratio_") + keys[p], hvd_over_direct(r.hvd[p], *r.direct[p]));
         }
         o.add("direct", d.text());
       }

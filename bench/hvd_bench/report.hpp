@@ -33,7 +33,7 @@ struct TableInfo {
 // and the wrong elements summed over the ranks (absent when not checked).
 struct Timing {
   double seconds = 0;
-  double median_seconds = 0;
+  std::optional<double> median_seconds;  // only where calls were timed one by one
   std::optional<uint64_t> wrong;
 };
 

@@ -9,23 +9,11 @@
 #include <vector>
 
 #include "hvd/reduce.h"
+#include "limits.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// memcpy's rate for `bytes`, best of several: the yardstick every kernel is divided by.
-double memcpy_gbps(size_t bytes) {
-  std::vector<char> from(bytes, 1), to(bytes, 0);
-  double best = 1e30;
-  for (int rep = 0; rep < 20; ++rep) {
-    const auto t0 = Clock::now();
-    std::memcpy(to.data(), from.data(), bytes);
-    benchmark::ClobberMemory();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return bytes / best / 1e9;
-}
 
 void BM_memcpy(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));
@@ -70,7 +58,7 @@ void BM_reduce(benchmark::State& state, hvd_dtype dtype, hvd_reduce_op op) {
   const size_t count = bytes / hvd_dtype_size(dtype);
   std::vector<char> a = sample_data(dtype, count, 1), b = sample_data(dtype, count, 2);
   std::vector<char> out(bytes, 0);
-  const double yardstick = memcpy_gbps(bytes);
+  const double yardstick = hvd::bench::memcpy_gbps(bytes, 20);
   const auto t0 = Clock::now();
   for (auto _ : state) {
     hvd_reduce(out.data(), a.data(), b.data(), count, dtype, op);
