@@ -2,11 +2,24 @@
 #include <cmath>
 #include <string>
 
+#include <atomic>
+#include <mutex>
+
 #include "communicator.hpp"
 #include "hvd/hvd.h"
+#include "scheduler.hpp"
 
+// Members are destroyed in reverse: the scheduler stops before the backend it runs on.
 struct hvd_comm {
   std::unique_ptr<hvd::core::Communicator> impl;
+  std::mutex scheduler_mutex;  // guards starting it
+  std::unique_ptr<hvd::core::Scheduler> scheduler;
+  std::atomic<bool> scheduled{false};       // set once the scheduler runs every collective
+  std::atomic<uint64_t> blocking_calls{0};  // names blocking calls once they go through it
+};
+
+struct hvd_request {
+  std::shared_ptr<hvd::core::Completion> completion;
 };
 
 namespace {
@@ -63,6 +76,100 @@ hvd_collective_args make_args(const void* sendbuf, void* recvbuf, uint64_t count
   return args;
 }
 
+using hvd::core::OpType;
+using hvd::core::Submission;
+
+// The scheduler of `comm`, started on first use (HVD_CYCLE_TIME and friends read then).
+hvd::Result<hvd::core::Scheduler*> scheduler_of(hvd_comm* comm) {
+  std::lock_guard<std::mutex> lock(comm->scheduler_mutex);
+  if (!comm->scheduler) {
+    HVD_ASSIGN_OR_RETURN(auto options,
+                         hvd::core::SchedulerOptions::from_env(hvd::core::process_env()));
+    HVD_ASSIGN_OR_RETURN(comm->scheduler,
+                         hvd::core::Scheduler::start(*comm->impl, *comm->impl, std::move(options)));
+    comm->scheduled.store(true, std::memory_order_release);
+  }
+  return comm->scheduler.get();
+}
+
+Submission submission_of(const hvd_tensor& t) {
+  Submission s;
+  s.name = t.name != nullptr ? t.name : "";
+  s.send = t.sendbuf;
+  s.recv = t.recvbuf;
+  hvd::core::TensorSpec& spec = s.spec;
+  spec.type = static_cast<OpType>(t.collective);
+  spec.dtype = t.dtype;
+  if (t.ndim > 0 && t.shape != nullptr) spec.shape.assign(t.shape, t.shape + t.ndim);
+  spec.op = t.op;
+  spec.root = t.root;
+  spec.prescale = t.prescale == 0 ? 1 : t.prescale;
+  spec.postscale = t.postscale == 0 ? 1 : t.postscale;
+  if (t.placement != nullptr) {
+    spec.memory = t.placement->memory_type;
+    spec.device = t.placement->device;
+  }
+  return s;
+}
+
+hvd::Status enqueue(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
+                    hvd_request** requests) {
+  HVD_RETURN_IF_ERROR(require(comm));
+  if (requests == nullptr || (count > 0 && tensors == nullptr)) {
+    return hvd::error(HVD_ERR_INVALID_ARGUMENT, "tensors or requests is NULL");
+  }
+  std::vector<Submission> group;
+  for (size_t i = 0; i < count; ++i) {
+    const hvd_tensor& t = tensors[i];
+    if (t.struct_size < sizeof(hvd_tensor)) {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "hvd_tensor.struct_size is not set");
+    }
+    if (t.collective < HVD_COLLECTIVE_ALLREDUCE || t.collective > HVD_COLLECTIVE_BROADCAST) {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT,
+                        "collective " + std::to_string(t.collective) + " is not an hvd_collective");
+    }
+    if (t.ndim < 0 || (t.ndim > 0 && t.shape == nullptr)) {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "a shape is NULL or has negative ndim");
+    }
+    group.push_back(submission_of(t));
+  }
+  HVD_ASSIGN_OR_RETURN(hvd::core::Scheduler * scheduler, scheduler_of(comm));
+  HVD_ASSIGN_OR_RETURN(auto completions, scheduler->submit_group(std::move(group)));
+  for (size_t i = 0; i < count; ++i) requests[i] = new hvd_request{std::move(completions[i])};
+  return hvd::Status::success();
+}
+
+hvd::Status enqueue_one(hvd_comm* comm, hvd_tensor tensor, hvd_request** request) {
+  tensor.struct_size = sizeof tensor;
+  return enqueue(comm, &tensor, 1, request);
+}
+
+// A blocking collective once the scheduler runs: submitted under a name every rank derives
+// alike (the n-th blocking call), then waited for.
+hvd::Status through_scheduler(hvd_comm* comm, OpType type, const hvd_collective_args& a) {
+  Submission s;
+  s.name = "hvd.blocking." + std::to_string(comm->blocking_calls++);
+  s.send = a.sendbuf;
+  s.recv = a.recvbuf;
+  s.spec.type = type;
+  s.spec.dtype = a.dtype;
+  s.spec.shape = {static_cast<int64_t>(a.count)};
+  s.spec.op = a.op;
+  s.spec.root = a.root;
+  s.spec.memory = a.memory_type;
+  s.spec.device = a.device;
+  HVD_ASSIGN_OR_RETURN(auto completion, comm->scheduler->submit(std::move(s)));
+  return completion->wait(std::chrono::duration<double>(-1));
+}
+
+// The collective on the backend directly, or through the scheduler once it runs.
+template <typename Direct>
+hvd::Status collective(hvd_comm* comm, OpType type, const hvd_collective_args& args,
+                       Direct&& direct) {
+  if (comm->scheduled.load(std::memory_order_acquire)) return through_scheduler(comm, type, args);
+  return direct();
+}
+
 }  // namespace
 
 extern "C" {
@@ -113,7 +220,7 @@ hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
     HVD_RETURN_IF_ERROR(require(comm));
     hvd_collective_args args = make_args(sendbuf, recvbuf, count, dtype, placement);
     args.op = op;
-    return comm->impl->allreduce(args);
+    return collective(comm, OpType::kAllreduce, args, [&] { return comm->impl->allreduce(args); });
   });
 }
 
@@ -121,7 +228,8 @@ hvd_status hvd_allgather(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
                          hvd_dtype dtype, const hvd_placement* placement) {
   return guarded([&] {
     HVD_RETURN_IF_ERROR(require(comm));
-    return comm->impl->allgather(make_args(sendbuf, recvbuf, count, dtype, placement));
+    const hvd_collective_args args = make_args(sendbuf, recvbuf, count, dtype, placement);
+    return collective(comm, OpType::kAllgather, args, [&] { return comm->impl->allgather(args); });
   });
 }
 
@@ -132,6 +240,11 @@ hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
     HVD_RETURN_IF_ERROR(require(comm));
     if (recv_counts == nullptr)
       return hvd::error(HVD_ERR_INVALID_ARGUMENT, "allgatherv: recv_counts is NULL");
+    if (comm->scheduled.load(std::memory_order_acquire)) {
+      return hvd::error(HVD_ERR_STATE,
+                        "allgatherv: not available once asynchronous collectives are in use on "
+                        "this communicator (the scheduler gathers equal shapes only)");
+    }
     hvd_collective_args args = make_args(sendbuf, recvbuf, 0, dtype, placement);
     args.count = recv_counts[comm->impl->world().rank];
     args.recv_counts = recv_counts;
@@ -145,16 +258,101 @@ hvd_status hvd_broadcast(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
     HVD_RETURN_IF_ERROR(require(comm));
     hvd_collective_args args = make_args(sendbuf, recvbuf, count, dtype, placement);
     args.root = root;
-    return comm->impl->broadcast(args);
+    return collective(comm, OpType::kBroadcast, args, [&] { return comm->impl->broadcast(args); });
   });
 }
 
 hvd_status hvd_barrier(hvd_comm* comm) {
   return guarded([&] {
     HVD_RETURN_IF_ERROR(require(comm));
+    if (comm->scheduled.load(std::memory_order_acquire)) {
+      uint8_t token = 0;  // a one-byte allreduce, in the scheduler's order
+      return through_scheduler(comm, OpType::kAllreduce,
+                               make_args(&token, &token, 1, HVD_UINT8, nullptr));
+    }
     return comm->impl->barrier();
   });
 }
+
+hvd_status hvd_allreduce_async(hvd_comm* comm, const char* name, const void* sendbuf, void* recvbuf,
+                               hvd_dtype dtype, int32_t ndim, const int64_t* shape,
+                               hvd_reduce_op op, double prescale, double postscale,
+                               const hvd_placement* placement, hvd_request** request) {
+  return guarded([&] {
+    hvd_tensor t{};
+    t.collective = HVD_COLLECTIVE_ALLREDUCE;
+    t.name = name;
+    t.sendbuf = sendbuf;
+    t.recvbuf = recvbuf;
+    t.dtype = dtype;
+    t.ndim = ndim;
+    t.shape = shape;
+    t.op = op;
+    t.prescale = prescale;
+    t.postscale = postscale;
+    t.placement = placement;
+    return enqueue_one(comm, t, request);
+  });
+}
+
+hvd_status hvd_allgather_async(hvd_comm* comm, const char* name, const void* sendbuf, void* recvbuf,
+                               hvd_dtype dtype, int32_t ndim, const int64_t* shape,
+                               const hvd_placement* placement, hvd_request** request) {
+  return guarded([&] {
+    hvd_tensor t{};
+    t.collective = HVD_COLLECTIVE_ALLGATHER;
+    t.name = name;
+    t.sendbuf = sendbuf;
+    t.recvbuf = recvbuf;
+    t.dtype = dtype;
+    t.ndim = ndim;
+    t.shape = shape;
+    t.placement = placement;
+    return enqueue_one(comm, t, request);
+  });
+}
+
+hvd_status hvd_broadcast_async(hvd_comm* comm, const char* name, const void* sendbuf, void* recvbuf,
+                               hvd_dtype dtype, int32_t ndim, const int64_t* shape, int root,
+                               const hvd_placement* placement, hvd_request** request) {
+  return guarded([&] {
+    hvd_tensor t{};
+    t.collective = HVD_COLLECTIVE_BROADCAST;
+    t.name = name;
+    t.sendbuf = sendbuf;
+    t.recvbuf = recvbuf;
+    t.dtype = dtype;
+    t.ndim = ndim;
+    t.shape = shape;
+    t.root = root;
+    t.placement = placement;
+    return enqueue_one(comm, t, request);
+  });
+}
+
+hvd_status hvd_grouped_async(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
+                             hvd_request** requests) {
+  return guarded([&] { return enqueue(comm, tensors, count, requests); });
+}
+
+hvd_status hvd_request_poll(hvd_request* request, int* done) {
+  return guarded([&] {
+    if (request == nullptr || done == nullptr) {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request or done is NULL");
+    }
+    *done = request->completion->done() ? 1 : 0;
+    return hvd::Status::success();
+  });
+}
+
+hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds) {
+  return guarded([&] {
+    if (request == nullptr) return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request is NULL");
+    return request->completion->wait(std::chrono::duration<double>(timeout_seconds));
+  });
+}
+
+void hvd_request_free(hvd_request* request) { delete request; }
 
 const char* hvd_last_error(void) { return t_has_last_error ? t_last_error.c_str() : ""; }
 

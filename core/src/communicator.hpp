@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "collectives.hpp"
 #include "env.hpp"
 #include "hvd/backend.h"
 #include "hvd/sdk/result.hpp"
@@ -25,20 +26,22 @@ struct CommOptions {
   std::string purpose;
 };
 
-class Communicator {
+class Communicator final : public Collectives {
  public:
   // Discover the world, reach the rendezvous store, load the backend, check that every rank
   // chose the same one, and initialize it.
   static Result<std::unique_ptr<Communicator>> create(const CommOptions& options,
                                                       const EnvLookup& env);
-  ~Communicator();  // finalizes the backend
+  ~Communicator() override;  // finalizes the backend
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
   // Validate `args` (struct_size set) against this job and backend, then run the collective.
-  Status allreduce(const hvd_collective_args& args);
-  Status allgather(const hvd_collective_args& args);
-  Status broadcast(const hvd_collective_args& args);
+  Status allreduce(const hvd_collective_args& args) override;
+  Status allgather(const hvd_collective_args& args) override;
+  Status broadcast(const hvd_collective_args& args) override;
+  int rank() const override { return world_.rank; }
+  int size() const override { return world_.size; }
   Status barrier();
 
   const World& world() const { return world_; }

@@ -77,6 +77,69 @@ HVD_API hvd_status hvd_broadcast(hvd_comm* comm, const void* sendbuf, void* recv
                                  hvd_dtype dtype, int root, const hvd_placement* placement);
 HVD_API hvd_status hvd_barrier(hvd_comm* comm);
 
+/* ---- Named asynchronous collectives: the fusion scheduler ---------------------------------
+ *
+ * Submit tensors by name and get a request back; a background thread agrees with the other
+ * ranks on what is ready everywhere, fuses small allreduces into one backend call, and completes
+ * the requests (docs/scheduler.md). Ranks may submit in different orders; a name must be the
+ * same on every rank and unique among this rank's tensors in flight. Buffers must stay valid
+ * until the request completes. Validation failures (ranks that disagree on dtype, shape, op,
+ * root, device or scale factors) complete the request on every rank with the same message.
+ * The first asynchronous call starts the scheduler; from then on the blocking collectives above
+ * go through it too (in order, as every rank calls them). thread-safe: requests may be submitted
+ * and waited on from any thread. */
+typedef struct hvd_request hvd_request;
+
+typedef enum hvd_collective {
+  HVD_COLLECTIVE_ALLREDUCE = 0,
+  HVD_COLLECTIVE_ALLGATHER = 1,
+  HVD_COLLECTIVE_BROADCAST = 2,
+  HVD_ENUM_RANGE(HVD_COLLECTIVE_)
+} hvd_collective;
+
+/* One tensor of a grouped submission. Elements: the product of shape[0..ndim) (1 for ndim 0).
+ * allgather's recvbuf holds size x that many (every rank's shape must be the same). */
+typedef struct hvd_tensor {
+  size_t struct_size; /* sizeof(hvd_tensor) */
+  hvd_collective collective;
+  const char* name;
+  const void* sendbuf;
+  void* recvbuf;
+  hvd_dtype dtype;
+  int32_t ndim;
+  const int64_t* shape;
+  hvd_reduce_op op;               /* allreduce */
+  int32_t root;                   /* broadcast */
+  double prescale;                /* allreduce, floating types: input x prescale; 0 means 1 */
+  double postscale;               /* allreduce, floating types: result x postscale; 0 means 1 */
+  const hvd_placement* placement; /* NULL: host memory */
+} hvd_tensor;
+
+HVD_API hvd_status hvd_allreduce_async(hvd_comm* comm, const char* name, const void* sendbuf,
+                                       void* recvbuf, hvd_dtype dtype, int32_t ndim,
+                                       const int64_t* shape, hvd_reduce_op op, double prescale,
+                                       double postscale, const hvd_placement* placement,
+                                       hvd_request** request);
+HVD_API hvd_status hvd_allgather_async(hvd_comm* comm, const char* name, const void* sendbuf,
+                                       void* recvbuf, hvd_dtype dtype, int32_t ndim,
+                                       const int64_t* shape, const hvd_placement* placement,
+                                       hvd_request** request);
+HVD_API hvd_status hvd_broadcast_async(hvd_comm* comm, const char* name, const void* sendbuf,
+                                       void* recvbuf, hvd_dtype dtype, int32_t ndim,
+                                       const int64_t* shape, int root,
+                                       const hvd_placement* placement, hvd_request** request);
+/* count tensors queued atomically; on every rank they complete in the same cycle (and fuse
+ * where they can). requests[i] is tensors[i]'s. On failure no tensor was queued. */
+HVD_API hvd_status hvd_grouped_async(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
+                                     hvd_request** requests);
+/* *done = 1 once the request has completed (then wait returns at once), else 0. */
+HVD_API hvd_status hvd_request_poll(hvd_request* request, int* done);
+/* Waits until the request completes and returns its status (its message: hvd_last_error()).
+ * A timeout_seconds >= 0 bounds the wait: HVD_ERR_TIMEOUT then, and the operation goes on. */
+HVD_API hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds);
+/* Releases the handle (the operation itself goes on). NULL is ignored. */
+HVD_API void hvd_request_free(hvd_request* request);
+
 /* The message of the calling thread's last failed hvd call ("" if none). Never NULL. */
 HVD_API const char* hvd_last_error(void);
 /* "0.1.0" */

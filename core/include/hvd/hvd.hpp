@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "hvd/hvd.h"
 #include "hvd/sdk/result.hpp"
@@ -45,6 +46,38 @@ struct dtype_of<float> {
 template <>
 struct dtype_of<double> {
   static constexpr hvd_dtype value = HVD_FLOAT64;
+};
+
+// A submitted asynchronous collective (move-only): poll it, or wait for its status.
+class Request {
+ public:
+  Request(Request&& other) noexcept : request_(std::exchange(other.request_, nullptr)) {}
+  Request& operator=(Request&& other) noexcept {
+    if (this != &other) {
+      hvd_request_free(request_);
+      request_ = std::exchange(other.request_, nullptr);
+    }
+    return *this;
+  }
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request() { hvd_request_free(request_); }
+
+  bool ready() const {
+    int done = 0;
+    return hvd_request_poll(request_, &done) == HVD_SUCCESS && done != 0;
+  }
+  // The operation's status; a timeout >= 0 bounds the wait (HVD_ERR_TIMEOUT, the operation goes
+  // on).
+  Status wait(double timeout_seconds = -1) const {
+    const hvd_status code = hvd_request_wait(request_, timeout_seconds);
+    return code == HVD_SUCCESS ? Status::success() : Status(code, hvd_last_error());
+  }
+
+ private:
+  friend class Comm;
+  explicit Request(hvd_request* request) : request_(request) {}
+  hvd_request* request_ = nullptr;
 };
 
 class Comm {
@@ -104,6 +137,55 @@ class Comm {
     return check(hvd_broadcast(comm_, send, recv, count, dtype, root, placement));
   }
   Status barrier() { return check(hvd_barrier(comm_)); }
+
+  // Named asynchronous collectives (see hvd.h). Shapes are element counts per dimension.
+  Result<Request> allreduce_async(const std::string& name, const void* send, void* recv,
+                                  hvd_dtype dtype, const std::vector<int64_t>& shape,
+                                  hvd_reduce_op op, double prescale = 1, double postscale = 1,
+                                  const hvd_placement* placement = nullptr) {
+    hvd_request* r = nullptr;
+    Status s = check(hvd_allreduce_async(comm_, name.c_str(), send, recv, dtype,
+                                         static_cast<int32_t>(shape.size()), shape.data(), op,
+                                         prescale, postscale, placement, &r));
+    if (!s.ok()) return s;
+    return Request(r);
+  }
+  Result<Request> allgather_async(const std::string& name, const void* send, void* recv,
+                                  hvd_dtype dtype, const std::vector<int64_t>& shape,
+                                  const hvd_placement* placement = nullptr) {
+    hvd_request* r = nullptr;
+    Status s =
+        check(hvd_allgather_async(comm_, name.c_str(), send, recv, dtype,
+                                  static_cast<int32_t>(shape.size()), shape.data(), placement, &r));
+    if (!s.ok()) return s;
+    return Request(r);
+  }
+  Result<Request> broadcast_async(const std::string& name, const void* send, void* recv,
+                                  hvd_dtype dtype, const std::vector<int64_t>& shape, int root,
+                                  const hvd_placement* placement = nullptr) {
+    hvd_request* r = nullptr;
+    Status s = check(hvd_broadcast_async(comm_, name.c_str(), send, recv, dtype,
+                                         static_cast<int32_t>(shape.size()), shape.data(), root,
+                                         placement, &r));
+    if (!s.ok()) return s;
+    return Request(r);
+  }
+  // The tensors queued together (hvd_grouped_async); struct_size is filled in here.
+  Result<std::vector<Request>> grouped_async(std::vector<hvd_tensor> tensors) {
+    for (hvd_tensor& t : tensors) t.struct_size = sizeof(hvd_tensor);
+    std::vector<hvd_request*> raw(tensors.size(), nullptr);
+    Status s = check(hvd_grouped_async(comm_, tensors.data(), tensors.size(), raw.data()));
+    if (!s.ok()) return s;
+    std::vector<Request> out;
+    for (hvd_request* r : raw) out.push_back(Request(r));
+    return out;
+  }
+
+  template <typename T>
+  Result<Request> allreduce_async(const std::string& name, const T* send, T* recv, uint64_t count,
+                                  hvd_reduce_op op) {
+    return allreduce_async(name, send, recv, dtype_of<T>::value, {static_cast<int64_t>(count)}, op);
+  }
 
   template <typename T>
   Status allreduce(const T* send, T* recv, uint64_t count, hvd_reduce_op op) {

@@ -1,0 +1,302 @@
+#include "negotiation.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+namespace hvd::core {
+namespace {
+
+// Little byte writer/reader for the gathered requests (same machine kind on every rank).
+class Writer {
+ public:
+  template <typename T>
+  void put(const T& value) {
+    const char* p = reinterpret_cast<const char*>(&value);
+    out_.insert(out_.end(), p, p + sizeof value);
+  }
+  void put_string(const std::string& s) {
+    put(static_cast<uint32_t>(s.size()));
+    out_.insert(out_.end(), s.begin(), s.end());
+  }
+  std::vector<char> take() { return std::move(out_); }
+
+ private:
+  std::vector<char> out_;
+};
+
+class Reader {
+ public:
+  Reader(const char* data, size_t size) : p_(data), end_(data + size) {}
+  template <typename T>
+  bool get(T* value) {
+    if (static_cast<size_t>(end_ - p_) < sizeof *value) return false;
+    std::memcpy(value, p_, sizeof *value);
+    p_ += sizeof *value;
+    return true;
+  }
+  bool get_string(std::string* s) {
+    uint32_t n = 0;
+    if (!get(&n) || static_cast<size_t>(end_ - p_) < n) return false;
+    s->assign(p_, n);
+    p_ += n;
+    return true;
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+std::string device_text(hvd_memory_type memory, int32_t device) {
+  return memory == HVD_MEMORY_CUDA ? "CUDA device " + std::to_string(device) : "host memory";
+}
+
+std::string number_text(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+}  // namespace
+
+const char* op_type_name(OpType type) {
+  switch (type) {
+    case OpType::kAllreduce:
+      return "ALLREDUCE";
+    case OpType::kAllgather:
+      return "ALLGATHER";
+    case OpType::kBroadcast:
+      return "BROADCAST";
+  }
+  return "?";
+}
+
+uint64_t TensorSpec::elements() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+bool TensorSpec::operator==(const TensorSpec& o) const {
+  return type == o.type && dtype == o.dtype && shape == o.shape && op == o.op && root == o.root &&
+         memory == o.memory && device == o.device && prescale == o.prescale &&
+         postscale == o.postscale && group == o.group && group_size == o.group_size;
+}
+
+std::vector<char> serialize(const std::vector<Request>& requests) {
+  Writer w;
+  w.put(static_cast<uint32_t>(requests.size()));
+  for (const Request& r : requests) {
+    const TensorSpec& s = r.spec;
+    w.put_string(r.name);
+    w.put(static_cast<uint8_t>(s.type));
+    w.put(static_cast<int32_t>(s.dtype));
+    w.put(static_cast<uint32_t>(s.shape.size()));
+    for (int64_t d : s.shape) w.put(d);
+    w.put(static_cast<int32_t>(s.op));
+    w.put(s.root);
+    w.put(static_cast<int32_t>(s.memory));
+    w.put(s.device);
+    w.put(s.prescale);
+    w.put(s.postscale);
+    w.put(s.group);
+    w.put(s.group_size);
+  }
+  return w.take();
+}
+
+Result<std::vector<Request>> deserialize(const char* data, size_t size) {
+  Reader r(data, size);
+  uint32_t count = 0;
+  auto corrupt = [] { return error(HVD_ERR_INTERNAL, "a rank's tensor requests are corrupt"); };
+  if (!r.get(&count)) return corrupt();
+  std::vector<Request> out(count);
+  for (Request& req : out) {
+    TensorSpec& s = req.spec;
+    uint8_t type = 0;
+    int32_t dtype = 0, op = 0, memory = 0;
+    uint32_t ndim = 0;
+    if (!r.get_string(&req.name) || !r.get(&type) || !r.get(&dtype) || !r.get(&ndim) || ndim > 64) {
+      return corrupt();
+    }
+    s.shape.resize(ndim);
+    for (int64_t& d : s.shape) {
+      if (!r.get(&d)) return corrupt();
+    }
+    if (!r.get(&op) || !r.get(&s.root) || !r.get(&memory) || !r.get(&s.device) ||
+        !r.get(&s.prescale) || !r.get(&s.postscale) || !r.get(&s.group) || !r.get(&s.group_size) ||
+        type > 2) {
+      return corrupt();
+    }
+    s.type = static_cast<OpType>(type);
+    s.dtype = static_cast<hvd_dtype>(dtype);
+    s.op = static_cast<hvd_reduce_op>(op);
+    s.memory = static_cast<hvd_memory_type>(memory);
+  }
+  return out;
+}
+
+Negotiator::Negotiator(int size, size_t cache_capacity) : size_(size), capacity_(cache_capacity) {}
+
+std::optional<uint32_t> Negotiator::cached_bit(const Request& request) const {
+  const auto it = slot_of_.find(request.name);
+  if (it == slot_of_.end() || slots_[it->second]->spec != request.spec) return std::nullopt;
+  return it->second;
+}
+
+std::string Negotiator::mismatch(const std::string& name, const TensorSpec& a,
+                                 const TensorSpec& b) {
+  const std::string op = op_type_name(a.type);
+  const std::string tensor = " for tensor '" + name + "': ";
+  if (a.type != b.type) {
+    return std::string("Mismatched collective operations") + tensor + "One rank did an " + op +
+           ", but another rank did an " + op_type_name(b.type) + ".";
+  }
+  if (a.dtype != b.dtype) {
+    return "Mismatched " + op + " data types" + tensor + "One rank sent a tensor of type " +
+           hvd_dtype_name(a.dtype) + ", but another rank sent a tensor of type " +
+           hvd_dtype_name(b.dtype) + ".";
+  }
+  if (a.shape != b.shape) {
+    return "Mismatched " + op + " tensor shapes" + tensor + "One rank sent a tensor of shape " +
+           shape_text(a.shape) + ", but another rank sent a tensor of shape " +
+           shape_text(b.shape) + ".";
+  }
+  if (a.type == OpType::kAllreduce && a.op != b.op) {
+    return "Mismatched " + op + " reduce ops" + tensor + "One rank sent op " +
+           hvd_reduce_op_name(a.op) + ", but another rank sent op " + hvd_reduce_op_name(b.op) +
+           ".";
+  }
+  if (a.type == OpType::kBroadcast && a.root != b.root) {
+    return "Mismatched " + op + " root ranks" + tensor + "One rank specified root rank " +
+           std::to_string(a.root) + ", but another rank specified root rank " +
+           std::to_string(b.root) + ".";
+  }
+  if (a.memory != b.memory || a.device != b.device) {
+    return "Mismatched " + op + " devices" + tensor + "One rank sent a tensor in " +
+           device_text(a.memory, a.device) + ", but another rank sent a tensor in " +
+           device_text(b.memory, b.device) + ".";
+  }
+  if (a.prescale != b.prescale) {
+    return "Mismatched " + op + " prescale factors" + tensor + "One rank sent factor " +
+           number_text(a.prescale) + ", but another rank sent factor " + number_text(b.prescale) +
+           ".";
+  }
+  if (a.postscale != b.postscale) {
+    return "Mismatched " + op + " postscale factors" + tensor + "One rank sent factor " +
+           number_text(a.postscale) + ", but another rank sent factor " + number_text(b.postscale) +
+           ".";
+  }
+  if (a.group != b.group || a.group_size != b.group_size) {
+    return "Mismatched " + op + " groups" + tensor + "One rank submitted it in group " +
+           std::to_string(a.group) + " of " + std::to_string(a.group_size) +
+           " tensors, but another rank in group " + std::to_string(b.group) + " of " +
+           std::to_string(b.group_size) + ".";
+  }
+  return "";
+}
+
+std::optional<Response> Negotiator::add(int rank, const Request& request, Clock::time_point now) {
+  auto [it, fresh] = table_.try_emplace(request.name);
+  Partial& partial = it->second;
+  if (fresh) {
+    partial.by_rank.resize(static_cast<size_t>(size_));
+    partial.first_seen = now;
+  }
+  auto& slot = partial.by_rank[static_cast<size_t>(rank)];
+  if (slot) {
+    // The enqueue check rejects a duplicate name in flight, so this is a rank out of step.
+    Response failed{request.name, request.spec,
+                    "Duplicate tensor name '" + request.name + "': rank " + std::to_string(rank) +
+                        " submitted it again before it completed."};
+    table_.erase(it);
+    return failed;
+  }
+  slot = request.spec;
+  if (++partial.count < size_) return std::nullopt;
+
+  Response response{request.name, *partial.by_rank[0], ""};
+  for (int r = 1; r < size_ && response.error.empty(); ++r) {
+    response.error = mismatch(request.name, *partial.by_rank[0], *partial.by_rank[r]);
+  }
+  table_.erase(it);
+  return response;
+}
+
+void Negotiator::cache_insert(const std::string& name, const TensorSpec& spec) {
+  if (capacity_ == 0) return;
+  cache_erase(name);
+  if (cache_order_.size() >= capacity_) cache_erase(slots_[cache_order_.front()]->name);
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  slots_[slot] = CacheEntry{name, spec};
+  slot_of_[name] = slot;
+  order_pos_[slot] = cache_order_.insert(cache_order_.end(), slot);
+}
+
+void Negotiator::cache_erase(const std::string& name) {
+  const auto it = slot_of_.find(name);
+  if (it == slot_of_.end()) return;
+  const uint32_t slot = it->second;
+  cache_order_.erase(order_pos_[slot]);
+  order_pos_.erase(slot);
+  slots_[slot].reset();
+  free_slots_.push_back(slot);
+  slot_of_.erase(it);
+}
+
+std::vector<Response> Negotiator::cycle(const std::vector<uint8_t>& bits_ready,
+                                        const std::vector<std::vector<Request>>& requests,
+                                        Clock::time_point now) {
+  std::vector<Response> ready;
+  for (uint32_t bit = 0; bit < bits_ready.size() && bit < slots_.size(); ++bit) {
+    if (!bits_ready[bit] || !slots_[bit]) continue;
+    ready.push_back(Response{slots_[bit]->name, slots_[bit]->spec, ""});
+    cache_order_.splice(cache_order_.end(), cache_order_, order_pos_[bit]);  // recently used
+  }
+  for (size_t rank = 0; rank < requests.size(); ++rank) {
+    for (const Request& request : requests[rank]) {
+      // A cached name sent in full: some rank's spec changed (or it waited too long on the
+      // bit). Every rank forgets the entry and sends its own request, so the message table sees
+      // all of them.
+      cache_erase(request.name);
+      std::optional<Response> done = add(static_cast<int>(rank), request, now);
+      if (!done) continue;
+      if (done->error.empty()) cache_insert(done->name, done->spec);
+      ready.push_back(std::move(*done));
+    }
+  }
+  return ready;
+}
+
+std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
+                                                   std::chrono::duration<double> after) const {
+  std::vector<Stall> out;
+  for (const auto& [name, partial] : table_) {
+    const auto waited = now - partial.first_seen;
+    if (waited < after) continue;
+    Stall s{name, waited, {}};
+    for (int r = 0; r < size_; ++r) {
+      if (!partial.by_rank[static_cast<size_t>(r)]) s.missing.push_back(r);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void Negotiator::drop(const std::string& name) { table_.erase(name); }
+
+}  // namespace hvd::core

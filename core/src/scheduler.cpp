@@ -1,0 +1,559 @@
+#include "scheduler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <tuple>
+
+#include "hvd/reduce.h"
+#include "log.hpp"
+
+namespace hvd::core {
+namespace {
+
+using Clock = Timeline::Clock;
+
+bool is_float(hvd_dtype dtype) {
+  return dtype == HVD_FLOAT16 || dtype == HVD_BFLOAT16 || dtype == HVD_FLOAT32 ||
+         dtype == HVD_FLOAT64;
+}
+
+// out[i] = in[i] * factor (a plain copy for factor 1). out may be in.
+void scale(void* out, const void* in, uint64_t count, hvd_dtype dtype, double factor) {
+  const size_t bytes = count * hvd_dtype_size(dtype);
+  if (factor == 1) {
+    if (out != in && bytes > 0) std::memmove(out, in, bytes);
+    return;
+  }
+  switch (dtype) {
+    case HVD_FLOAT32: {
+      const float f = static_cast<float>(factor);
+      for (uint64_t i = 0; i < count; ++i)
+        static_cast<float*>(out)[i] = static_cast<const float*>(in)[i] * f;
+      break;
+    }
+    case HVD_FLOAT64:
+      for (uint64_t i = 0; i < count; ++i)
+        static_cast<double*>(out)[i] = static_cast<const double*>(in)[i] * factor;
+      break;
+    case HVD_FLOAT16:
+    case HVD_BFLOAT16: {
+      const bool half = dtype == HVD_FLOAT16;
+      const float f = static_cast<float>(factor);
+      for (uint64_t i = 0; i < count; ++i) {
+        const uint16_t x = static_cast<const uint16_t*>(in)[i];
+        const float v = (half ? hvd_float16_to_float(x) : hvd_bfloat16_to_float(x)) * f;
+        static_cast<uint16_t*>(out)[i] = half ? hvd_float_to_float16(v) : hvd_float_to_bfloat16(v);
+      }
+      break;
+    }
+    default:  // check() admits factors other than 1 for floating types only
+      break;
+  }
+}
+
+hvd_collective_args args_for(const Submission& s, const void* send, void* recv, uint64_t count) {
+  hvd_collective_args a{};
+  a.struct_size = sizeof a;
+  a.sendbuf = send;
+  a.recvbuf = recv;
+  a.count = count;
+  a.dtype = s.spec.dtype;
+  a.op = s.spec.op;
+  a.root = s.spec.root;
+  a.memory_type = s.spec.memory;
+  a.device = s.spec.device;
+  return a;
+}
+
+Result<double> number_knob(const EnvLookup& env, const std::string& name, double fallback,
+                           double min) {
+  const auto text = knob(env, name);
+  if (!text) return fallback;
+  char* end = nullptr;
+  const double value = std::strtod(text->c_str(), &end);
+  if (end == text->c_str() || *end != '\0' || !std::isfinite(value) || value < min) {
+    return error(HVD_ERR_INVALID_ARGUMENT, "HVD_" + name + "='" + *text +
+                                               "' is not a number of at least " +
+                                               std::to_string(static_cast<int64_t>(min)));
+  }
+  return value;
+}
+
+}  // namespace
+
+Result<SchedulerOptions> SchedulerOptions::from_env(const EnvLookup& env) {
+  SchedulerOptions o;
+  HVD_ASSIGN_OR_RETURN(double cycle_ms, number_knob(env, "CYCLE_TIME", 1, 0));
+  o.cycle_time = std::chrono::microseconds(static_cast<int64_t>(cycle_ms * 1000));
+  HVD_ASSIGN_OR_RETURN(double threshold,
+                       number_knob(env, "FUSION_THRESHOLD", static_cast<double>(128 << 20), 0));
+  o.fusion_threshold = static_cast<uint64_t>(threshold);
+  HVD_ASSIGN_OR_RETURN(double capacity, number_knob(env, "CACHE_CAPACITY", 1024, 0));
+  o.cache_capacity = static_cast<size_t>(capacity);
+  o.timeline = knob(env, "TIMELINE").value_or("");
+  o.timeline_mark_cycles = knob(env, "TIMELINE_MARK_CYCLES").value_or("0") == "1";
+  HVD_ASSIGN_OR_RETURN(double stall, number_knob(env, "STALL_CHECK_TIME_SECONDS", 60, 0));
+  o.stall_check = std::chrono::duration<double>(stall);
+  HVD_ASSIGN_OR_RETURN(double stop, number_knob(env, "STALL_SHUTDOWN_TIME_SECONDS", 0, 0));
+  o.stall_shutdown = std::chrono::duration<double>(stop);
+  if (knob(env, "STALL_CHECK_DISABLE").value_or("0") == "1") o.stall_check = {};
+  return o;
+}
+
+// ---- Completion ---------------------------------------------------------------------------
+
+bool Completion::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+Status Completion::wait(std::chrono::duration<double> timeout) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout.count() < 0) {
+    cv_.wait(lock, [&] { return done_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
+    return error(HVD_ERR_TIMEOUT, "the operation did not complete within " +
+                                      std::to_string(timeout.count()) + " s (it goes on)");
+  }
+  return status_;
+}
+
+void Completion::complete(Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    status_ = std::move(status);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+// ---- Scheduler ----------------------------------------------------------------------------
+
+uint64_t Scheduler::Entry::bytes() const {
+  return what.spec.elements() * hvd_dtype_size(what.spec.dtype);
+}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::start(Collectives& data, Collectives& control,
+                                                    SchedulerOptions options) {
+  std::unique_ptr<Scheduler> s(new Scheduler(data, control, std::move(options)));
+  if (!s->options_.timeline.empty() && control.rank() == 0) {
+    HVD_ASSIGN_OR_RETURN(s->timeline_, Timeline::open(s->options_.timeline, control.rank()));
+  }
+  s->thread_ = std::thread([self = s.get()] { self->loop(); });
+  return s;
+}
+
+Scheduler::Scheduler(Collectives& data, Collectives& control, SchedulerOptions options)
+    : data_(data),
+      control_(control),
+      options_(std::move(options)),
+      negotiator_(control.size(), options_.cache_capacity) {}
+
+Scheduler::~Scheduler() {
+  shutdown();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::shutdown() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  shutdown_requested_ = true;
+}
+
+Status Scheduler::check(const Submission& s) const {
+  const std::string what = std::string(op_type_name(s.spec.type)) + " '" + s.name + "': ";
+  auto invalid = [&](const std::string& why) {
+    return error(HVD_ERR_INVALID_ARGUMENT, what + why);
+  };
+  if (s.name.empty()) return error(HVD_ERR_INVALID_ARGUMENT, "a tensor needs a name");
+  const TensorSpec& spec = s.spec;
+  if (hvd_dtype_size(spec.dtype) == 0)
+    return invalid("dtype " + std::to_string(spec.dtype) + " is not an hvd_dtype");
+  if (spec.type == OpType::kAllreduce && (spec.op < 0 || spec.op >= HVD_REDUCE_OP_COUNT)) {
+    return invalid("reduce op " + std::to_string(spec.op) + " is not an hvd_reduce_op");
+  }
+  if (spec.type == OpType::kBroadcast && (spec.root < 0 || spec.root >= control_.size())) {
+    return invalid("root " + std::to_string(spec.root) + " is not a rank of this job of " +
+                   std::to_string(control_.size()));
+  }
+  if (spec.shape.size() > 64) return invalid("more than 64 dimensions");
+  uint64_t elements = 1;
+  for (int64_t d : spec.shape) {
+    if (d < 0) return invalid("a negative dimension");
+    if (d > 0 && elements > (UINT64_MAX >> 8) / static_cast<uint64_t>(d))
+      return invalid("too many elements");
+    elements *= static_cast<uint64_t>(d);
+  }
+  const bool sends = spec.type != OpType::kBroadcast || spec.root == control_.rank();
+  if (elements > 0 && (s.recv == nullptr || (sends && s.send == nullptr))) {
+    return invalid("buffer is NULL for " + std::to_string(elements) + " elements");
+  }
+  if (spec.memory != HVD_MEMORY_HOST && spec.memory != HVD_MEMORY_CUDA) {
+    return invalid("memory type " + std::to_string(spec.memory) + " is not an hvd_memory_type");
+  }
+  for (double factor : {spec.prescale, spec.postscale}) {
+    if (!std::isfinite(factor)) return invalid("a scale factor is not finite");
+    if (factor != 1 && spec.type != OpType::kAllreduce)
+      return invalid("scale factors apply to allreduce only");
+    if (factor != 1 && !is_float(spec.dtype)) {
+      return invalid(std::string("scale factors need a floating-point dtype, not ") +
+                     hvd_dtype_name(spec.dtype));
+    }
+    if (factor != 1 && spec.memory != HVD_MEMORY_HOST)
+      return invalid("scale factors on CUDA tensors are not supported yet");
+  }
+  return Status::success();
+}
+
+Result<std::shared_ptr<Completion>> Scheduler::submit(Submission submission) {
+  HVD_ASSIGN_OR_RETURN(auto completions, submit_group({std::move(submission)}));
+  return completions.front();
+}
+
+Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
+    std::vector<Submission> group) {
+  for (const Submission& s : group) HVD_RETURN_IF_ERROR(check(s));
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopped_) return stopped_->with_context("the scheduler has stopped");
+  std::set<std::string> names;
+  for (const Submission& s : group) {
+    if (in_flight_.count(s.name) || !names.insert(s.name).second) {
+      return error(HVD_ERR_INVALID_ARGUMENT,
+                   "Duplicate tensor name '" + s.name +
+                       "': a tensor of that name is already in flight on this rank (submitted "
+                       "and not yet complete)");
+    }
+  }
+  const uint64_t group_id = group.size() > 1 ? next_group_++ : 0;
+  std::vector<std::shared_ptr<Completion>> out;
+  const auto now = Clock::now();
+  for (Submission& s : group) {
+    s.spec.group = group_id;
+    s.spec.group_size = group_id ? static_cast<uint32_t>(group.size()) : 0;
+    in_flight_.insert(s.name);
+    out.push_back(std::make_shared<Completion>());
+    queue_.push_back(Entry{std::move(s), out.back(), now, {}, false});
+  }
+  return out;
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    const auto start = Clock::now();
+    bool stop = false;
+    const Status s = run_cycle(&stop);
+    if (!s.ok()) {
+      log(HVD_LOG_ERROR, "scheduler stopped: " + s.message());
+      fail_all(s);
+      return;
+    }
+    if (stop) return;
+    std::this_thread::sleep_until(start + options_.cycle_time);
+  }
+}
+
+Status Scheduler::run_cycle(bool* stop) {
+  bool shutdown = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Entry& e : queue_) {
+      order_.push_back(e.what.name);
+      std::string name = e.what.name;
+      pending_.emplace(std::move(name), std::move(e));
+    }
+    queue_.clear();
+    shutdown = shutdown_requested_;
+  }
+  const auto now = Clock::now();
+
+  // What this rank has: bits for tensors the cache knows, requests for the others. A tensor that
+  // waited half the stall time on its bit is sent in full, so that the stall inspector can name
+  // the ranks that have not submitted it.
+  const size_t nbits = negotiator_.bit_count();
+  std::vector<uint8_t> vote(nbits + 3, 0);
+  std::vector<Request> mine;
+  for (const std::string& name : order_) {
+    Entry& e = pending_.at(name);
+    if (e.sent || e.negotiated != Clock::time_point{}) continue;
+    Request request{name, e.what.spec};
+    const bool waited =
+        options_.stall_check.count() > 0 && now - e.submitted > options_.stall_check / 2;
+    const auto bit = waited ? std::nullopt : negotiator_.cached_bit(request);
+    if (bit) {
+      vote[*bit] = 1;
+    } else {
+      mine.push_back(std::move(request));
+      e.sent = true;
+    }
+  }
+  // Flags, inverted so that one MIN answers "does any rank ...": send requests, stop, give up.
+  vote[nbits] = mine.empty() ? 1 : 0;
+  vote[nbits + 1] = shutdown ? 0 : 1;
+  vote[nbits + 2] = stall_shutdown_due_ ? 0 : 1;
+  hvd_collective_args a{};
+  a.struct_size = sizeof a;
+  a.sendbuf = vote.data();
+  a.recvbuf = vote.data();
+  a.count = vote.size();
+  a.dtype = HVD_UINT8;
+  a.op = HVD_MIN;
+  a.device = -1;
+  HVD_RETURN_IF_ERROR(control_.allreduce(a).with_context("negotiating (cache bits)"));
+
+  if (vote[nbits + 1] == 0 || vote[nbits + 2] == 0) {
+    std::string why = "hvd's scheduler was shut down (hvd_finalize on some rank)";
+    if (vote[nbits + 2] == 0) {
+      why =
+          "stall shutdown (HVD_STALL_SHUTDOWN_TIME_SECONDS): tensors waited too long for ranks "
+          "that never submitted them:";
+      for (const auto& stall : negotiator_.stalled(now, std::chrono::duration<double>(0))) {
+        why += " '" + stall.name + "' (missing ranks";
+        for (int r : stall.missing) why += " " + std::to_string(r);
+        why += ")";
+      }
+    }
+    fail_all(error(vote[nbits + 2] == 0 ? HVD_ERR_TIMEOUT : HVD_ERR_STATE,
+                   why + "; this operation was in flight"));
+    *stop = true;
+    return Status::success();
+  }
+
+  std::vector<std::vector<Request>> gathered;
+  if (vote[nbits] == 0) {
+    HVD_ASSIGN_OR_RETURN(gathered, gather(mine));
+  }
+  vote.resize(nbits);
+  std::vector<Response> ready = negotiator_.cycle(vote, gathered, now);
+  stall_check(now);
+  if (timeline_ && options_.timeline_mark_cycles) timeline_->mark("CYCLE", now);
+  execute(std::move(ready));
+  return Status::success();
+}
+
+Result<std::vector<std::vector<Request>>> Scheduler::gather(const std::vector<Request>& mine) {
+  const std::vector<char> blob = serialize(mine);
+  const size_t ranks = static_cast<size_t>(control_.size());
+  std::vector<int64_t> lengths(ranks);
+  const int64_t length = static_cast<int64_t>(blob.size());
+  hvd_collective_args a{};
+  a.struct_size = sizeof a;
+  a.sendbuf = &length;
+  a.recvbuf = lengths.data();
+  a.count = 1;
+  a.dtype = HVD_INT64;
+  a.device = -1;
+  HVD_RETURN_IF_ERROR(control_.allgather(a).with_context("negotiating (request sizes)"));
+  const size_t longest = static_cast<size_t>(*std::max_element(lengths.begin(), lengths.end()));
+  std::vector<char> padded(blob);
+  padded.resize(longest);
+  std::vector<char> all(longest * ranks);
+  a.sendbuf = padded.data();
+  a.recvbuf = all.data();
+  a.count = longest;
+  a.dtype = HVD_UINT8;
+  HVD_RETURN_IF_ERROR(control_.allgather(a).with_context("negotiating (requests)"));
+  std::vector<std::vector<Request>> out(ranks);
+  for (size_t r = 0; r < ranks; ++r) {
+    HVD_ASSIGN_OR_RETURN(out[r],
+                         deserialize(all.data() + r * longest, static_cast<size_t>(lengths[r])));
+  }
+  return out;
+}
+
+void Scheduler::stall_check(Clock::time_point now) {
+  if (options_.stall_check.count() <= 0 || control_.rank() != 0) return;
+  const auto stalls = negotiator_.stalled(now, options_.stall_check);
+  if (stalls.empty()) return;
+  if (options_.stall_shutdown.count() > 0) {
+    for (const auto& stall : stalls) {
+      if (stall.waited >= options_.stall_shutdown) stall_shutdown_due_ = true;
+    }
+  }
+  if (now - last_stall_warning_ < options_.stall_check) return;
+  last_stall_warning_ = now;
+  // Horovod's wording, with the tensors grouped by the ranks they wait for.
+  std::map<std::vector<int>, std::vector<std::string>> by_missing;
+  for (const auto& stall : stalls) by_missing[stall.missing].push_back(stall.name);
+  std::string text =
+      "One or more tensors were submitted to be reduced, gathered or broadcast by a subset of "
+      "ranks and have waited for the remaining ranks for more than " +
+      std::to_string(static_cast<int64_t>(options_.stall_check.count())) +
+      " seconds. This may mean that different ranks submit different tensors, or that only a "
+      "subset of ranks submits tensors, which will deadlock. Missing ranks:";
+  for (const auto& [missing, names] : by_missing) {
+    text += "\n  ";
+    for (size_t i = 0; i < missing.size(); ++i)
+      text += (i ? ", " : "") + std::to_string(missing[i]);
+    text += ": [";
+    for (size_t i = 0; i < names.size(); ++i) text += (i ? ", " : "") + names[i];
+    text += "]";
+  }
+  log(HVD_LOG_WARNING, text);
+}
+
+void Scheduler::execute(std::vector<Response> ready) {
+  // Grouped tensors wait until their whole group is ready (the same on every rank).
+  std::vector<Response> runnable;
+  for (Response& r : ready) {
+    Entry& e = pending_.at(r.name);
+    e.negotiated = Clock::now();
+    if (timeline_) timeline_->span(r.name, "NEGOTIATE", e.submitted, e.negotiated);
+    if (r.spec.group == 0) {
+      runnable.push_back(std::move(r));
+      continue;
+    }
+    std::vector<Response>& members = held_[r.spec.group];
+    members.push_back(std::move(r));
+    if (members.size() == members.front().spec.group_size) {
+      for (Response& m : members) runnable.push_back(std::move(m));
+      held_.erase(runnable.back().spec.group);
+    }
+  }
+
+  // Allreduces of one dtype/op/device/scale go into one buffer; the rest run alone.
+  using Key = std::tuple<int, int, int, int, double, double>;
+  std::vector<std::pair<Key, std::vector<Entry*>>> batches;
+  std::map<Key, size_t> open;
+  std::map<Key, uint64_t> open_bytes;
+  for (Response& r : runnable) {
+    Entry& e = pending_.at(r.name);
+    if (!r.error.empty()) {
+      finish(r.name, error(HVD_ERR_MISMATCH, r.error));
+      continue;
+    }
+    const TensorSpec& s = e.what.spec;
+    const bool fusable = s.type == OpType::kAllreduce && s.memory == HVD_MEMORY_HOST &&
+                         options_.fusion_threshold > 0 && e.bytes() <= options_.fusion_threshold;
+    if (!fusable) {
+      run_alone(e);
+      continue;
+    }
+    const Key key{s.dtype, s.op, s.memory, s.device, s.prescale, s.postscale};
+    auto it = open.find(key);
+    if (it != open.end() && open_bytes[key] + e.bytes() > options_.fusion_threshold) {
+      run_fused(batches[it->second].second);
+      open.erase(it);
+      it = open.end();
+    }
+    if (it == open.end()) {
+      it = open.emplace(key, batches.size()).first;
+      batches.emplace_back(key, std::vector<Entry*>{});
+      open_bytes[key] = 0;
+    }
+    batches[it->second].second.push_back(&e);
+    open_bytes[key] += e.bytes();
+  }
+  for (auto& [key, batch] : batches) {
+    if (!batch.empty()) run_fused(batch);
+  }
+}
+
+void Scheduler::run_fused(std::vector<Entry*>& batch) {
+  if (batch.empty()) return;
+  if (batch.size() == 1) {
+    run_alone(*batch.front());
+    batch.clear();
+    return;
+  }
+  const TensorSpec& s = batch.front()->what.spec;
+  const size_t element = hvd_dtype_size(s.dtype);
+  uint64_t total = 0;
+  for (Entry* e : batch) total += e->bytes();
+  if (fusion_buffer_.size() < total) fusion_buffer_.resize(total);  // grows, never shrinks
+
+  const auto copy_in = Clock::now();
+  uint64_t offset = 0;
+  for (Entry* e : batch) {
+    scale(fusion_buffer_.data() + offset, e->what.send, e->what.spec.elements(), s.dtype,
+          s.prescale);
+    offset += e->bytes();
+  }
+  const auto reduce = Clock::now();
+  hvd_collective_args a =
+      args_for(batch.front()->what, fusion_buffer_.data(), fusion_buffer_.data(), total / element);
+  const Status status = data_.allreduce(a);
+  const auto copy_out = Clock::now();
+  offset = 0;
+  if (status.ok()) {
+    for (Entry* e : batch) {
+      scale(e->what.recv, fusion_buffer_.data() + offset, e->what.spec.elements(), s.dtype,
+            s.postscale);
+      offset += e->bytes();
+    }
+  }
+  const auto end = Clock::now();
+  for (Entry* e : batch) {
+    if (timeline_) {
+      timeline_->span(e->what.name, "QUEUE", e->negotiated, copy_in);
+      timeline_->span(e->what.name, "MEMCPY_IN_FUSION_BUFFER", copy_in, reduce);
+      timeline_->span(e->what.name, "ALLREDUCE", reduce, copy_out);
+      timeline_->span(e->what.name, "MEMCPY_OUT_FUSION_BUFFER", copy_out, end);
+    }
+    finish(e->what.name, status);
+  }
+  batch.clear();
+}
+
+void Scheduler::run_alone(Entry& e) {
+  const Submission& w = e.what;
+  const uint64_t count = w.spec.elements();
+  const auto start = Clock::now();
+  Status status;
+  switch (w.spec.type) {
+    case OpType::kAllreduce: {
+      const void* send = w.send;
+      if (w.spec.prescale != 1) {
+        scale(w.recv, w.send, count, w.spec.dtype, w.spec.prescale);
+        send = w.recv;
+      }
+      status = data_.allreduce(args_for(w, send, w.recv, count));
+      if (status.ok()) scale(w.recv, w.recv, count, w.spec.dtype, w.spec.postscale);
+      break;
+    }
+    case OpType::kAllgather:
+      status = data_.allgather(args_for(w, w.send, w.recv, count));
+      break;
+    case OpType::kBroadcast:
+      status = data_.broadcast(args_for(w, w.send, w.recv, count));
+      break;
+  }
+  if (timeline_) {
+    timeline_->span(w.name, "QUEUE", e.negotiated, start);
+    timeline_->span(w.name, op_type_name(w.spec.type), start, Clock::now());
+  }
+  finish(w.name, status);
+}
+
+void Scheduler::finish(const std::string& name, Status status) {
+  auto it = pending_.find(name);
+  if (it == pending_.end()) return;
+  const std::shared_ptr<Completion> completion = it->second.completion;
+  pending_.erase(it);
+  order_.erase(std::find(order_.begin(), order_.end(), name));
+  {
+    // The name is free before anyone learns of the completion: a caller that waits and then
+    // submits the same name again must not find it in flight.
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_.erase(name);
+  }
+  completion->complete(std::move(status));
+}
+
+void Scheduler::fail_all(const Status& status) {
+  std::deque<Entry> never_taken;
+  {
+    // Stopped before any completion is seen: a caller that sees one and submits again must be
+    // refused, not queued for a scheduler that no longer runs.
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopped_ = status;
+    never_taken.swap(queue_);
+    for (const Entry& e : never_taken) in_flight_.erase(e.what.name);
+  }
+  const std::vector<std::string> names = order_;
+  for (const std::string& name : names) finish(name, status);
+  held_.clear();
+  for (Entry& e : never_taken) e.completion->complete(status);
+}
+
+}  // namespace hvd::core

@@ -1,0 +1,132 @@
+// scheduler.hpp — named asynchronous collectives, negotiated, fused and run by one background
+// thread per communicator (Horovod's design; docs/scheduler.md).
+//
+// Application threads submit named tensors and get a Completion back. Every HVD_CYCLE_TIME the
+// background thread takes what was submitted, agrees with the other ranks on what is ready
+// everywhere (negotiation.hpp), packs ready allreduces of one kind into a fusion buffer of up to
+// HVD_FUSION_THRESHOLD bytes, runs one backend collective per buffer, unpacks, and completes.
+#ifndef HVD_CORE_SCHEDULER_HPP
+#define HVD_CORE_SCHEDULER_HPP
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives.hpp"
+#include "env.hpp"
+#include "hvd/backend.h"
+#include "hvd/sdk/result.hpp"
+#include "negotiation.hpp"
+#include "timeline.hpp"
+
+namespace hvd::core {
+
+struct SchedulerOptions {
+  std::chrono::microseconds cycle_time{1000};       // HVD_CYCLE_TIME (ms)
+  uint64_t fusion_threshold = 128ull << 20;         // HVD_FUSION_THRESHOLD (bytes; 0: no fusion)
+  size_t cache_capacity = 1024;                     // HVD_CACHE_CAPACITY (0: no cache)
+  std::string timeline;                             // HVD_TIMELINE (written by rank 0)
+  bool timeline_mark_cycles = false;                // HVD_TIMELINE_MARK_CYCLES
+  std::chrono::duration<double> stall_check{60};    // HVD_STALL_CHECK_TIME_SECONDS (0: off)
+  std::chrono::duration<double> stall_shutdown{0};  // HVD_STALL_SHUTDOWN_TIME_SECONDS (0: off)
+
+  // The knobs above, or HOROVOD_* spellings; a malformed value is an error naming it.
+  static Result<SchedulerOptions> from_env(const EnvLookup& env);
+};
+
+// The end of one submitted operation; shared by the scheduler and the caller's handle.
+class Completion {
+ public:
+  bool done() const;
+  // Waits up to `timeout` (forever if negative); HVD_ERR_TIMEOUT if it has not completed.
+  Status wait(std::chrono::duration<double> timeout) const;
+  void complete(Status status);
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+// One tensor to submit.
+struct Submission {
+  std::string name;
+  TensorSpec spec;  // group fields are filled in by submit_group
+  const void* send = nullptr;
+  void* recv = nullptr;
+};
+
+class Scheduler {
+ public:
+  // Starts the background thread. `control` carries negotiation (host memory), `data` the
+  // tensors; they may be the same object. Both must outlive the scheduler.
+  static Result<std::unique_ptr<Scheduler>> start(Collectives& data, Collectives& control,
+                                                  SchedulerOptions options);
+  ~Scheduler();  // shutdown(), then joins
+
+  // Checks the arguments here (a bad one fails now, on this rank) and queues the tensor.
+  Result<std::shared_ptr<Completion>> submit(Submission submission);
+  // Several tensors queued at once; every rank's group completes in the same cycle.
+  Result<std::vector<std::shared_ptr<Completion>>> submit_group(std::vector<Submission> group);
+
+  // Stops on every rank in the same cycle: the first rank to call it ends the scheduler of all.
+  // Operations in flight fail with a message that says so.
+  void shutdown();
+
+ private:
+  struct Entry {
+    Submission what;
+    std::shared_ptr<Completion> completion;
+    Timeline::Clock::time_point submitted;
+    Timeline::Clock::time_point negotiated;
+    bool sent = false;  // its request went to the message table (not waiting on a cache bit)
+    uint64_t bytes() const;
+  };
+  Scheduler(Collectives& data, Collectives& control, SchedulerOptions options);
+  Status check(const Submission& s) const;
+  void loop();
+  Status run_cycle(bool* stop);
+  Result<std::vector<std::vector<Request>>> gather(const std::vector<Request>& mine);
+  void stall_check(Timeline::Clock::time_point now);
+  void execute(std::vector<Response> responses);
+  void run_fused(std::vector<Entry*>& batch);
+  void run_alone(Entry& e);
+  void finish(const std::string& name, Status status);
+  void fail_all(const Status& status);
+
+  Collectives& data_;
+  Collectives& control_;
+  SchedulerOptions options_;
+  Negotiator negotiator_;
+  std::unique_ptr<Timeline> timeline_;
+  std::vector<char> fusion_buffer_;
+
+  // Shared with submitting threads.
+  std::mutex mutex_;
+  std::deque<Entry> queue_;
+  std::set<std::string> in_flight_;  // names submitted and not completed
+  bool shutdown_requested_ = false;
+  std::optional<Status> stopped_;  // why the scheduler no longer runs
+  uint64_t next_group_ = 1;
+
+  // Background thread only.
+  std::map<std::string, Entry> pending_;
+  std::vector<std::string> order_;                  // pending names in submission order
+  std::map<uint64_t, std::vector<Response>> held_;  // grouped tensors waiting for their group
+  Timeline::Clock::time_point last_stall_warning_{};
+  bool stall_shutdown_due_ = false;
+  std::thread thread_;
+};
+
+}  // namespace hvd::core
+
+#endif  // HVD_CORE_SCHEDULER_HPP

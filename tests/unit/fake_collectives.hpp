@@ -1,0 +1,130 @@
+// Ranks as threads: an in-process Collectives for the scheduler's unit tests. Every rank's call
+// meets the others' at a rendezvous; the last to arrive computes every rank's result with the
+// SDK's reference kernels. Ranks that call different collectives, or wait longer than the
+// timeout, get an error (a scheduler bug, which the tests then see).
+#ifndef HVD_TESTS_FAKE_COLLECTIVES_HPP
+#define HVD_TESTS_FAKE_COLLECTIVES_HPP
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collectives.hpp"
+#include "hvd/reduce.h"
+
+namespace hvd::testing {
+
+class FakeWorld {
+ public:
+  explicit FakeWorld(int size) : size_(size), calls_(static_cast<size_t>(size)) {}
+  int size() const { return size_; }
+
+  enum Kind { kAllreduce, kAllgather, kBroadcast };
+
+  Status run(int rank, Kind kind, const hvd_collective_args& a) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t generation = generation_;
+    calls_[static_cast<size_t>(rank)] = Call{kind, a};
+    if (++arrived_ == size_) {
+      status_ = compute();
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else if (!cv_.wait_for(lock, std::chrono::seconds(20),
+                             [&] { return generation_ != generation; })) {
+      return Status(HVD_ERR_TIMEOUT, "fake: rank " + std::to_string(rank) + " waited 20 s");
+    }
+    return status_;
+  }
+
+ private:
+  struct Call {
+    Kind kind;
+    hvd_collective_args args;
+  };
+
+  Status compute() {
+    const Call& first = calls_[0];
+    for (const Call& c : calls_) {
+      if (c.kind != first.kind || c.args.dtype != first.args.dtype ||
+          c.args.count != first.args.count || c.args.op != first.args.op ||
+          c.args.root != first.args.root) {
+        return Status(HVD_ERR_MISMATCH, "fake: ranks called different collectives");
+      }
+    }
+    const size_t bytes = first.args.count * hvd_dtype_size(first.args.dtype);
+    std::vector<char> result(first.kind == kAllgather ? bytes * size_ : bytes);
+    switch (first.kind) {
+      case kAllreduce:
+        if (bytes > 0) std::memcpy(result.data(), calls_[0].args.sendbuf, bytes);
+        for (int r = 1; r < size_; ++r) {
+          hvd_reduce(result.data(), result.data(), calls_[static_cast<size_t>(r)].args.sendbuf,
+                     first.args.count, first.args.dtype, first.args.op);
+        }
+        if (first.args.op == HVD_AVERAGE) {
+          hvd_divide(result.data(), first.args.count, first.args.dtype, size_);
+        }
+        break;
+      case kAllgather:
+        for (int r = 0; r < size_; ++r) {
+          if (bytes > 0) {
+            std::memcpy(result.data() + bytes * static_cast<size_t>(r),
+                        calls_[static_cast<size_t>(r)].args.sendbuf, bytes);
+          }
+        }
+        break;
+      case kBroadcast: {
+        const hvd_collective_args& root = calls_[static_cast<size_t>(first.args.root)].args;
+        if (bytes > 0) std::memcpy(result.data(), root.sendbuf, bytes);
+        break;
+      }
+    }
+    for (const Call& c : calls_) {
+      if (!result.empty()) std::memcpy(c.args.recvbuf, result.data(), result.size());
+    }
+    return Status::success();
+  }
+
+  const int size_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<Call> calls_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  Status status_;
+};
+
+// One rank of a FakeWorld. Counts the calls it gets, by kind.
+class FakeRank final : public core::Collectives {
+ public:
+  FakeRank(FakeWorld& world, int rank) : world_(world), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return world_.size(); }
+  Status allreduce(const hvd_collective_args& a) override {
+    ++allreduces;
+    return world_.run(rank_, FakeWorld::kAllreduce, a);
+  }
+  Status allgather(const hvd_collective_args& a) override {
+    ++allgathers;
+    return world_.run(rank_, FakeWorld::kAllgather, a);
+  }
+  Status broadcast(const hvd_collective_args& a) override {
+    ++broadcasts;
+    return world_.run(rank_, FakeWorld::kBroadcast, a);
+  }
+
+  std::atomic<int> allreduces{0}, allgathers{0}, broadcasts{0};
+
+ private:
+  FakeWorld& world_;
+  int rank_;
+};
+
+}  // namespace hvd::testing
+
+#endif  // HVD_TESTS_FAKE_COLLECTIVES_HPP

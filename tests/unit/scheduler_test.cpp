@@ -1,0 +1,527 @@
+// The fusion scheduler against ranks-as-threads (fake_collectives.hpp): negotiation in any
+// order, every mismatch kind, duplicates, the cache, fusion boundaries, stalls and shutdown.
+#include "scheduler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "fake_collectives.hpp"
+
+namespace {
+
+using hvd::Status;
+using hvd::core::Completion;
+using hvd::core::OpType;
+using hvd::core::Scheduler;
+using hvd::core::SchedulerOptions;
+using hvd::core::Submission;
+using hvd::core::TensorSpec;
+using hvd::testing::FakeRank;
+using hvd::testing::FakeWorld;
+using namespace std::chrono_literals;
+
+constexpr std::chrono::duration<double> kWait = 30s;
+
+SchedulerOptions fast_options() {
+  SchedulerOptions o;
+  o.cycle_time = std::chrono::microseconds(200);
+  return o;
+}
+
+// N ranks, each with its own scheduler over separate data and control fakes (so the tests can
+// count the data path's calls).
+class Job {
+ public:
+  Job(int size, SchedulerOptions options) : data_(size), control_(size) {
+    for (int r = 0; r < size; ++r) {
+      data_ranks.push_back(std::make_unique<FakeRank>(data_, r));
+      control_ranks.push_back(std::make_unique<FakeRank>(control_, r));
+    }
+    for (int r = 0; r < size; ++r) {
+      auto started = Scheduler::start(*data_ranks[static_cast<size_t>(r)],
+                                      *control_ranks[static_cast<size_t>(r)], options);
+      EXPECT_TRUE(started.ok()) << started.status().to_string();
+      schedulers.push_back(std::move(started).value());
+    }
+  }
+  ~Job() { schedulers.clear(); }  // every scheduler stops before the fakes go
+
+  int size() const { return data_.size(); }
+  Scheduler& at(int rank) { return *schedulers[static_cast<size_t>(rank)]; }
+
+  // fn(rank) on one thread per rank.
+  void each(const std::function<void(int)>& fn) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size(); ++r) threads.emplace_back(fn, r);
+    for (auto& t : threads) t.join();
+  }
+  int data_allreduces() const {
+    int n = 0;
+    for (const auto& r : data_ranks) n += r->allreduces;
+    return n / size();
+  }
+  int control_allgathers() const { return control_ranks[0]->allgathers; }
+
+  std::vector<std::unique_ptr<FakeRank>> data_ranks, control_ranks;
+  std::vector<std::unique_ptr<Scheduler>> schedulers;
+
+ private:
+  FakeWorld data_, control_;
+};
+
+Submission allreduce(const std::string& name, const void* send, void* recv, hvd_dtype dtype,
+                     std::vector<int64_t> shape, hvd_reduce_op op = HVD_SUM) {
+  Submission s;
+  s.name = name;
+  s.send = send;
+  s.recv = recv;
+  s.spec.type = OpType::kAllreduce;
+  s.spec.dtype = dtype;
+  s.spec.shape = std::move(shape);
+  s.spec.op = op;
+  return s;
+}
+
+Status submit_and_wait(Scheduler& scheduler, Submission s) {
+  auto completion = scheduler.submit(std::move(s));
+  if (!completion.ok()) return completion.status();
+  return (*completion)->wait(kWait);
+}
+
+// ---- results ------------------------------------------------------------------------------
+
+// One tensor of the random workload: the same on every rank (seeded alike), data per rank.
+struct Tensor {
+  std::string name;
+  OpType type;
+  hvd_dtype dtype;
+  std::vector<int64_t> shape;
+  hvd_reduce_op op;
+  int root;
+  uint64_t elements() const {
+    uint64_t n = 1;
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+    return n;
+  }
+};
+
+std::vector<Tensor> random_tensors(int count, int size, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const hvd_dtype dtypes[] = {HVD_INT32, HVD_INT64, HVD_FLOAT32, HVD_FLOAT64, HVD_UINT8};
+  const hvd_reduce_op ops[] = {HVD_SUM, HVD_MIN, HVD_MAX, HVD_PRODUCT};
+  std::vector<Tensor> out;
+  for (int i = 0; i < count; ++i) {
+    Tensor t;
+    t.name = "t" + std::to_string(i);
+    t.type = static_cast<OpType>(rng() % 3);
+    t.dtype = dtypes[rng() % 5];
+    const int ndim = static_cast<int>(rng() % 3);
+    for (int d = 0; d < ndim; ++d) t.shape.push_back(static_cast<int64_t>(rng() % 7));  // 0..6
+    t.op = ops[rng() % 4];
+    t.root = static_cast<int>(rng() % static_cast<uint32_t>(size));
+    out.push_back(t);
+  }
+  return out;
+}
+
+// A small integer for element i of rank r's input: exact under every op and order.
+int64_t input(const Tensor& t, int rank, uint64_t i) {
+  if (t.op == HVD_PRODUCT && t.type == OpType::kAllreduce)
+    return (i + static_cast<uint64_t>(rank)) % 3 == 0 ? 2 : 1;
+  return static_cast<int64_t>((i * 7 + static_cast<uint64_t>(rank) * 3) % 11);
+}
+
+void store(std::vector<char>& buf, hvd_dtype dtype, uint64_t i, int64_t v) {
+  switch (dtype) {
+    case HVD_UINT8:
+      reinterpret_cast<uint8_t*>(buf.data())[i] = static_cast<uint8_t>(v);
+      break;
+    case HVD_INT32:
+      reinterpret_cast<int32_t*>(buf.data())[i] = static_cast<int32_t>(v);
+      break;
+    case HVD_INT64:
+      reinterpret_cast<int64_t*>(buf.data())[i] = v;
+      break;
+    case HVD_FLOAT32:
+      reinterpret_cast<float*>(buf.data())[i] = static_cast<float>(v);
+      break;
+    default:
+      reinterpret_cast<double*>(buf.data())[i] = static_cast<double>(v);
+      break;
+  }
+}
+
+// Rank `rank`'s input and the result every rank must get.
+std::pair<std::vector<char>, std::vector<char>> data_for(const Tensor& t, int rank, int size) {
+  const size_t element = hvd_dtype_size(t.dtype);
+  const uint64_t n = t.elements();
+  std::vector<char> in(n * element), want;
+  for (uint64_t i = 0; i < n; ++i) store(in, t.dtype, i, input(t, rank, i));
+  if (t.type == OpType::kAllgather) {
+    want.resize(n * element * static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      std::vector<char> part(n * element);
+      for (uint64_t i = 0; i < n; ++i) store(part, t.dtype, i, input(t, r, i));
+      std::copy(part.begin(), part.end(), want.begin() + static_cast<ptrdiff_t>(part.size()) * r);
+    }
+  } else if (t.type == OpType::kBroadcast) {
+    want.resize(n * element);
+    for (uint64_t i = 0; i < n; ++i) store(want, t.dtype, i, input(t, t.root, i));
+  } else {
+    want.resize(n * element);
+    for (uint64_t i = 0; i < n; ++i) store(want, t.dtype, i, input(t, 0, i));
+    std::vector<char> other(n * element);
+    for (int r = 1; r < size; ++r) {
+      for (uint64_t i = 0; i < n; ++i) store(other, t.dtype, i, input(t, r, i));
+      hvd_reduce(want.data(), want.data(), other.data(), n, t.dtype, t.op);
+    }
+  }
+  return {in, want};
+}
+
+// Every rank submits every tensor in its own random order, then waits for all; exact results.
+void run_workload(Job& job, const std::vector<Tensor>& tensors, uint32_t order_seed) {
+  job.each([&](int rank) {
+    std::vector<size_t> order(tensors.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(),
+                 std::mt19937(order_seed + static_cast<uint32_t>(rank)));
+    std::vector<std::vector<char>> ins(tensors.size()), outs(tensors.size()), wants(tensors.size());
+    std::vector<std::shared_ptr<Completion>> done(tensors.size());
+    for (size_t k : order) {
+      const Tensor& t = tensors[k];
+      std::tie(ins[k], wants[k]) = data_for(t, rank, job.size());
+      outs[k].assign(wants[k].size(), 0x5a);
+      Submission s;
+      s.name = t.name;
+      s.send = ins[k].data();
+      s.recv = outs[k].data();
+      s.spec.type = t.type;
+      s.spec.dtype = t.dtype;
+      s.spec.shape = t.shape;
+      s.spec.op = t.op;
+      s.spec.root = t.root;
+      auto c = job.at(rank).submit(std::move(s));
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      done[k] = *c;
+    }
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const Status s = done[k]->wait(kWait);
+      ASSERT_TRUE(s.ok()) << tensors[k].name << ": " << s.to_string();
+      EXPECT_EQ(outs[k], wants[k]) << "rank " << rank << ", " << tensors[k].name << " ("
+                                   << op_type_name(tensors[k].type) << ")";
+    }
+  });
+}
+
+TEST(Scheduler, RandomOrdersOnEveryRankGiveExactResults) {
+  for (int size : {1, 2, 3, 4}) {
+    Job job(size, fast_options());
+    run_workload(job, random_tensors(60, size, 7), 100);
+  }
+}
+
+TEST(Scheduler, SteadyStateNegotiatesThroughTheCacheAlone) {
+  Job job(3, fast_options());
+  const auto tensors = random_tensors(40, 3, 11);
+  run_workload(job, tensors, 1);
+  const int gathers_after_first_round = job.control_allgathers();
+  EXPECT_GT(gathers_after_first_round, 0);
+  run_workload(job, tensors, 2);  // other orders, same tensors: every one is a cache hit
+  run_workload(job, tensors, 3);
+  EXPECT_EQ(job.control_allgathers(), gathers_after_first_round);
+}
+
+TEST(Scheduler, CacheEvictionsKeepResultsExact) {
+  SchedulerOptions o = fast_options();
+  o.cache_capacity = 3;  // far fewer entries than tensors: every round evicts
+  Job job(2, o);
+  const auto tensors = random_tensors(12, 2, 5);
+  for (uint32_t round = 0; round < 3; ++round) run_workload(job, tensors, round);
+}
+
+TEST(Scheduler, NoCacheAtAllStillWorks) {
+  SchedulerOptions o = fast_options();
+  o.cache_capacity = 0;
+  Job job(3, o);
+  const auto tensors = random_tensors(20, 3, 9);
+  run_workload(job, tensors, 1);
+  run_workload(job, tensors, 2);
+}
+
+// ---- fusion ---------------------------------------------------------------------------------
+
+// Four float32 tensors of `elements` each, grouped (so they are ready in the same cycle) and
+// allreduced; returns how many data allreduces ran.
+int fused_calls(uint64_t threshold, int64_t elements) {
+  SchedulerOptions o = fast_options();
+  o.fusion_threshold = threshold;
+  Job job(2, o);
+  job.each([&](int rank) {
+    std::vector<std::vector<float>> in(4, std::vector<float>(static_cast<size_t>(elements)));
+    std::vector<std::vector<float>> out(4, std::vector<float>(static_cast<size_t>(elements), -1));
+    std::vector<Submission> group;
+    for (int k = 0; k < 4; ++k) {
+      for (int64_t i = 0; i < elements; ++i)
+        in[k][static_cast<size_t>(i)] = static_cast<float>(rank + k + i);
+      group.push_back(
+          allreduce("g" + std::to_string(k), in[k].data(), out[k].data(), HVD_FLOAT32, {elements}));
+    }
+    auto done = job.at(rank).submit_group(std::move(group));
+    ASSERT_TRUE(done.ok()) << done.status().to_string();
+    for (int k = 0; k < 4; ++k) {
+      ASSERT_TRUE((*done)[static_cast<size_t>(k)]->wait(kWait).ok());
+      for (int64_t i = 0; i < elements; ++i) {
+        // rank 0 + rank 1: (k + i) + (1 + k + i)
+        ASSERT_EQ(out[k][static_cast<size_t>(i)], static_cast<float>(2 * (k + i) + 1));
+      }
+    }
+  });
+  return job.data_allreduces();
+}
+
+TEST(Scheduler, FusionFillsTheBufferUpToTheThresholdExactly) {
+  EXPECT_EQ(fused_calls(1024, 128), 2);  // 4 x 512 B, threshold 1 KiB: two full buffers
+  EXPECT_EQ(fused_calls(2048, 128), 1);  // all four in one
+  EXPECT_EQ(fused_calls(2047, 128), 2);  // one byte short: three do not fit
+}
+
+TEST(Scheduler, ATensorLargerThanTheThresholdRunsAlone) {
+  EXPECT_EQ(fused_calls(1024, 512), 4);  // 2 KiB each
+}
+
+TEST(Scheduler, ThresholdZeroDisablesFusion) { EXPECT_EQ(fused_calls(0, 16), 4); }
+
+TEST(Scheduler, ScaleFactorsApplyOnTheWayInAndOut) {
+  SchedulerOptions o = fast_options();
+  Job job(3, o);
+  job.each([&](int rank) {
+    std::vector<double> in(5, rank + 1), out(5, 0);
+    std::vector<float> in2(3, 2.0f * static_cast<float>(rank + 1)), out2(3, 0);
+    Submission a = allreduce("scaled", in.data(), out.data(), HVD_FLOAT64, {5});
+    a.spec.prescale = 0.5;
+    a.spec.postscale = 4;
+    Submission b = allreduce("scaled2", in2.data(), out2.data(), HVD_FLOAT32, {3});
+    b.spec.prescale = 0.5;
+    b.spec.postscale = 4;  // same factors: fused with the first? no, another dtype
+    std::vector<Submission> group;
+    group.push_back(std::move(a));
+    group.push_back(std::move(b));
+    auto done = job.at(rank).submit_group(std::move(group));
+    ASSERT_TRUE(done.ok());
+    for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
+    for (double v : out) EXPECT_EQ(v, (0.5 * 1 + 0.5 * 2 + 0.5 * 3) * 4);
+    for (float v : out2) EXPECT_EQ(v, (1.0f + 2.0f + 3.0f) * 4);
+  });
+}
+
+TEST(Scheduler, ZeroSizeTensorsComplete) {
+  Job job(2, fast_options());
+  job.each([&](int rank) {
+    auto a = job.at(rank).submit(allreduce("empty", nullptr, nullptr, HVD_FLOAT32, {0}));
+    auto b = job.at(rank).submit(allreduce("empty2", nullptr, nullptr, HVD_INT32, {3, 0}));
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_TRUE((*a)->wait(kWait).ok());
+    EXPECT_TRUE((*b)->wait(kWait).ok());
+  });
+}
+
+// ---- validation -----------------------------------------------------------------------------
+
+// Rank 0 submits `a`, rank 1 `b` under one name; both must fail with the same message, which
+// contains `expected`. A later tensor still completes.
+void expect_mismatch(const std::function<void(Submission&)>& on_rank1,
+                     const std::string& expected) {
+  Job job(2, fast_options());
+  std::vector<std::string> messages(2);
+  job.each([&](int rank) {
+    std::vector<float> in(4, 1), out(4, 0);
+    Submission s = allreduce("x", in.data(), out.data(), HVD_FLOAT32, {4});
+    if (rank == 1) on_rank1(s);
+    std::vector<char> big(64 * 8, 0);
+    if (rank == 1) s.recv = big.data();  // room for any shape or type the change asks for
+    if (rank == 1 && s.send != nullptr) s.send = big.data();
+    const Status status = submit_and_wait(job.at(rank), std::move(s));
+    EXPECT_EQ(status.code(), HVD_ERR_MISMATCH) << status.to_string();
+    messages[static_cast<size_t>(rank)] = status.message();
+    // The job goes on.
+    std::vector<float> ok_in(2, 1), ok_out(2, 0);
+    EXPECT_TRUE(submit_and_wait(job.at(rank),
+                                allreduce("after", ok_in.data(), ok_out.data(), HVD_FLOAT32, {2}))
+                    .ok());
+    EXPECT_EQ(ok_out[0], 2.0f);
+  });
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_NE(messages[0].find(expected), std::string::npos) << messages[0];
+}
+
+TEST(Scheduler, EveryMismatchIsTheSameErrorOnEveryRank) {
+  expect_mismatch([](Submission& s) { s.spec.dtype = HVD_INT32; },
+                  "Mismatched ALLREDUCE data types for tensor 'x': One rank sent a tensor of type "
+                  "float32, but another rank sent a tensor of type int32.");
+  expect_mismatch(
+      [](Submission& s) {
+        s.spec.shape = {2, 2};
+      },
+      "Mismatched ALLREDUCE tensor shapes for tensor 'x': One rank sent a tensor of "
+      "shape [4], but another rank sent a tensor of shape [2, 2].");
+  expect_mismatch([](Submission& s) { s.spec.op = HVD_MAX; },
+                  "Mismatched ALLREDUCE reduce ops for tensor 'x'");
+  expect_mismatch([](Submission& s) { s.spec.type = OpType::kAllgather; },
+                  "Mismatched collective operations for tensor 'x': One rank did an ALLREDUCE, "
+                  "but another rank did an ALLGATHER.");
+  expect_mismatch([](Submission& s) { s.spec.prescale = 0.5; },
+                  "Mismatched ALLREDUCE prescale factors for tensor 'x': One rank sent factor 1, "
+                  "but another rank sent factor 0.5.");
+  expect_mismatch([](Submission& s) { s.spec.postscale = 2; },
+                  "Mismatched ALLREDUCE postscale factors");
+  expect_mismatch(
+      [](Submission& s) {
+        s.spec.memory = HVD_MEMORY_CUDA;
+        s.spec.device = 0;
+      },
+      "Mismatched ALLREDUCE devices for tensor 'x': One rank sent a tensor in host memory, but "
+      "another rank sent a tensor in CUDA device 0.");
+}
+
+TEST(Scheduler, MismatchedBroadcastRootsAreTheSameErrorOnEveryRank) {
+  Job job(3, fast_options());
+  std::vector<std::string> messages(3);
+  job.each([&](int rank) {
+    std::vector<int32_t> buf(3, rank);
+    Submission s;
+    s.name = "b";
+    s.send = buf.data();
+    s.recv = buf.data();
+    s.spec.type = OpType::kBroadcast;
+    s.spec.dtype = HVD_INT32;
+    s.spec.shape = {3};
+    s.spec.root = rank == 2 ? 1 : 0;
+    const Status status = submit_and_wait(job.at(rank), std::move(s));
+    EXPECT_EQ(status.code(), HVD_ERR_MISMATCH);
+    messages[static_cast<size_t>(rank)] = status.message();
+  });
+  EXPECT_EQ(messages[0], messages[2]);
+  EXPECT_EQ(messages[0],
+            "Mismatched BROADCAST root ranks for tensor 'b': One rank specified root rank 0, but "
+            "another rank specified root rank 1.");
+}
+
+TEST(Scheduler, ADuplicateNameInFlightIsRefusedAtOnce) {
+  Job job(2, fast_options());
+  std::vector<float> in(2, 1), out(2, 0), out2(2, 0);
+  auto first = job.at(0).submit(allreduce("dup", in.data(), out.data(), HVD_FLOAT32, {2}));
+  ASSERT_TRUE(first.ok());
+  auto second = job.at(0).submit(allreduce("dup", in.data(), out2.data(), HVD_FLOAT32, {2}));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(second.status().message().find("Duplicate tensor name 'dup'"), std::string::npos);
+  // The first still completes once rank 1 submits it; then the name is free again.
+  std::vector<float> in1(2, 2), out1(2, 0);
+  ASSERT_TRUE(
+      submit_and_wait(job.at(1), allreduce("dup", in1.data(), out1.data(), HVD_FLOAT32, {2})).ok());
+  ASSERT_TRUE((*first)->wait(kWait).ok());
+  EXPECT_EQ(out[0], 3.0f);
+  job.each([&](int rank) {
+    std::vector<float> a(2, 1), b(2, 0);
+    EXPECT_TRUE(
+        submit_and_wait(job.at(rank), allreduce("dup", a.data(), b.data(), HVD_FLOAT32, {2})).ok());
+  });
+}
+
+TEST(Scheduler, BadArgumentsFailAtSubmission) {
+  Job job(2, fast_options());
+  std::vector<int32_t> buf(4);
+  auto code = [&](Submission s) {
+    auto r = job.at(0).submit(std::move(s));
+    return r.ok() ? HVD_SUCCESS : r.status().code();
+  };
+  EXPECT_EQ(code(allreduce("", buf.data(), buf.data(), HVD_INT32, {4})), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(code(allreduce("n", buf.data(), buf.data(), static_cast<hvd_dtype>(42), {4})),
+            HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(code(allreduce("n", nullptr, buf.data(), HVD_INT32, {4})), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(code(allreduce("n", buf.data(), buf.data(), HVD_INT32, {-1})),
+            HVD_ERR_INVALID_ARGUMENT);
+  Submission scaled = allreduce("n", buf.data(), buf.data(), HVD_INT32, {4});
+  scaled.spec.prescale = 2;  // integers cannot be scaled
+  EXPECT_EQ(code(scaled), HVD_ERR_INVALID_ARGUMENT);
+  Submission root = allreduce("n", buf.data(), buf.data(), HVD_INT32, {4});
+  root.spec.type = OpType::kBroadcast;
+  root.spec.root = 2;  // a job of 2
+  EXPECT_EQ(code(root), HVD_ERR_INVALID_ARGUMENT);
+}
+
+// ---- stalls and shutdown --------------------------------------------------------------------
+
+TEST(Scheduler, AStallIsReportedAndThenAnErrorOnEveryRank) {
+  SchedulerOptions o = fast_options();
+  o.stall_check = std::chrono::duration<double>(0.3);
+  o.stall_shutdown = std::chrono::duration<double>(0.8);
+  Job job(2, o);
+  std::vector<float> in(2, 1), out(2, 0);
+  ::testing::internal::CaptureStderr();
+  auto lonely = job.at(0).submit(allreduce("lonely", in.data(), out.data(), HVD_FLOAT32, {2}));
+  ASSERT_TRUE(lonely.ok());
+  const Status s = (*lonely)->wait(kWait);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(s.code(), HVD_ERR_TIMEOUT) << s.to_string();
+  EXPECT_NE(s.message().find("'lonely' (missing ranks 1)"), std::string::npos) << s.message();
+  EXPECT_NE(log.find("Missing ranks:\n  1: [lonely]"), std::string::npos) << log;
+  // Rank 1's scheduler stopped in the same cycle: a later submission fails at once, or (if it
+  // raced the last cycle) is failed by the stop.
+  auto later = job.at(1).submit(allreduce("later", in.data(), out.data(), HVD_FLOAT32, {2}));
+  if (later.ok()) {
+    EXPECT_EQ((*later)->wait(kWait).code(), HVD_ERR_TIMEOUT);
+  } else {
+    EXPECT_EQ(later.status().code(), HVD_ERR_TIMEOUT) << later.status().to_string();
+  }
+}
+
+TEST(Scheduler, ShutdownOnOneRankFailsWhatOthersHaveInFlight) {
+  Job job(2, fast_options());
+  std::vector<float> in(2, 1), out(2, 0);
+  auto waiting = job.at(1).submit(allreduce("never", in.data(), out.data(), HVD_FLOAT32, {2}));
+  ASSERT_TRUE(waiting.ok());
+  job.at(0).shutdown();
+  const Status s = (*waiting)->wait(kWait);
+  EXPECT_EQ(s.code(), HVD_ERR_STATE);
+  EXPECT_NE(s.message().find("shut down"), std::string::npos) << s.message();
+  auto after = job.at(1).submit(allreduce("after", in.data(), out.data(), HVD_FLOAT32, {2}));
+  EXPECT_FALSE(after.ok());
+}
+
+TEST(Scheduler, AGroupCompletesTogether) {
+  Job job(3, fast_options());
+  job.each([&](int rank) {
+    std::vector<std::vector<int64_t>> in(5, std::vector<int64_t>(3, rank)),
+        out(5, std::vector<int64_t>(3));
+    std::vector<Submission> group;
+    for (int k = 0; k < 5; ++k) {
+      group.push_back(
+          allreduce("grp" + std::to_string(k), in[k].data(), out[k].data(), HVD_INT64, {3}));
+    }
+    // Ranks submit a lone tensor first, in different places relative to the group.
+    std::vector<int64_t> lone_in(1, 1), lone_out(1);
+    auto lone = [&] {
+      return submit_and_wait(job.at(rank),
+                             allreduce("lone", lone_in.data(), lone_out.data(), HVD_INT64, {1}));
+    };
+    if (rank == 1) {
+      ASSERT_TRUE(lone().ok());
+    }
+    auto done = job.at(rank).submit_group(std::move(group));
+    ASSERT_TRUE(done.ok());
+    if (rank != 1) {
+      ASSERT_TRUE(lone().ok());
+    }
+    for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
+    for (auto& o : out) EXPECT_EQ(o[0], 0 + 1 + 2);
+    EXPECT_EQ(lone_out[0], 3);
+  });
+}
+
+}  // namespace
