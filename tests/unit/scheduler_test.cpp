@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "fake_collectives.hpp"
+#include "tensor_workload.hpp"
 
 namespace {
 
@@ -20,8 +21,11 @@ using hvd::core::Scheduler;
 using hvd::core::SchedulerOptions;
 using hvd::core::Submission;
 using hvd::core::TensorSpec;
+using hvd::testing::data_for;
 using hvd::testing::FakeRank;
 using hvd::testing::FakeWorld;
+using hvd::testing::random_tensors;
+using hvd::testing::Tensor;
 using namespace std::chrono_literals;
 
 constexpr std::chrono::duration<double> kWait = 30s;
@@ -94,95 +98,6 @@ Status submit_and_wait(Scheduler& scheduler, Submission s) {
 
 // ---- results ------------------------------------------------------------------------------
 
-// One tensor of the random workload: the same on every rank (seeded alike), data per rank.
-struct Tensor {
-  std::string name;
-  OpType type;
-  hvd_dtype dtype;
-  std::vector<int64_t> shape;
-  hvd_reduce_op op;
-  int root;
-  uint64_t elements() const {
-    uint64_t n = 1;
-    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-    return n;
-  }
-};
-
-std::vector<Tensor> random_tensors(int count, int size, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const hvd_dtype dtypes[] = {HVD_INT32, HVD_INT64, HVD_FLOAT32, HVD_FLOAT64, HVD_UINT8};
-  const hvd_reduce_op ops[] = {HVD_SUM, HVD_MIN, HVD_MAX, HVD_PRODUCT};
-  std::vector<Tensor> out;
-  for (int i = 0; i < count; ++i) {
-    Tensor t;
-    t.name = "t" + std::to_string(i);
-    t.type = static_cast<OpType>(rng() % 3);
-    t.dtype = dtypes[rng() % 5];
-    const int ndim = static_cast<int>(rng() % 3);
-    for (int d = 0; d < ndim; ++d) t.shape.push_back(static_cast<int64_t>(rng() % 7));  // 0..6
-    t.op = ops[rng() % 4];
-    t.root = static_cast<int>(rng() % static_cast<uint32_t>(size));
-    out.push_back(t);
-  }
-  return out;
-}
-
-// A small integer for element i of rank r's input: exact under every op and order.
-int64_t input(const Tensor& t, int rank, uint64_t i) {
-  if (t.op == HVD_PRODUCT && t.type == OpType::kAllreduce)
-    return (i + static_cast<uint64_t>(rank)) % 3 == 0 ? 2 : 1;
-  return static_cast<int64_t>((i * 7 + static_cast<uint64_t>(rank) * 3) % 11);
-}
-
-void store(std::vector<char>& buf, hvd_dtype dtype, uint64_t i, int64_t v) {
-  switch (dtype) {
-    case HVD_UINT8:
-      reinterpret_cast<uint8_t*>(buf.data())[i] = static_cast<uint8_t>(v);
-      break;
-    case HVD_INT32:
-      reinterpret_cast<int32_t*>(buf.data())[i] = static_cast<int32_t>(v);
-      break;
-    case HVD_INT64:
-      reinterpret_cast<int64_t*>(buf.data())[i] = v;
-      break;
-    case HVD_FLOAT32:
-      reinterpret_cast<float*>(buf.data())[i] = static_cast<float>(v);
-      break;
-    default:
-      reinterpret_cast<double*>(buf.data())[i] = static_cast<double>(v);
-      break;
-  }
-}
-
-// Rank `rank`'s input and the result every rank must get.
-std::pair<std::vector<char>, std::vector<char>> data_for(const Tensor& t, int rank, int size) {
-  const size_t element = hvd_dtype_size(t.dtype);
-  const uint64_t n = t.elements();
-  std::vector<char> in(n * element), want;
-  for (uint64_t i = 0; i < n; ++i) store(in, t.dtype, i, input(t, rank, i));
-  if (t.type == OpType::kAllgather) {
-    want.resize(n * element * static_cast<size_t>(size));
-    for (int r = 0; r < size; ++r) {
-      std::vector<char> part(n * element);
-      for (uint64_t i = 0; i < n; ++i) store(part, t.dtype, i, input(t, r, i));
-      std::copy(part.begin(), part.end(), want.begin() + static_cast<ptrdiff_t>(part.size()) * r);
-    }
-  } else if (t.type == OpType::kBroadcast) {
-    want.resize(n * element);
-    for (uint64_t i = 0; i < n; ++i) store(want, t.dtype, i, input(t, t.root, i));
-  } else {
-    want.resize(n * element);
-    for (uint64_t i = 0; i < n; ++i) store(want, t.dtype, i, input(t, 0, i));
-    std::vector<char> other(n * element);
-    for (int r = 1; r < size; ++r) {
-      for (uint64_t i = 0; i < n; ++i) store(other, t.dtype, i, input(t, r, i));
-      hvd_reduce(want.data(), want.data(), other.data(), n, t.dtype, t.op);
-    }
-  }
-  return {in, want};
-}
-
 // Every rank submits every tensor in its own random order, then waits for all; exact results.
 void run_workload(Job& job, const std::vector<Tensor>& tensors, uint32_t order_seed) {
   job.each([&](int rank) {
@@ -200,7 +115,7 @@ void run_workload(Job& job, const std::vector<Tensor>& tensors, uint32_t order_s
       s.name = t.name;
       s.send = ins[k].data();
       s.recv = outs[k].data();
-      s.spec.type = t.type;
+      s.spec.type = static_cast<OpType>(t.collective);
       s.spec.dtype = t.dtype;
       s.spec.shape = t.shape;
       s.spec.op = t.op;
@@ -212,8 +127,8 @@ void run_workload(Job& job, const std::vector<Tensor>& tensors, uint32_t order_s
     for (size_t k = 0; k < tensors.size(); ++k) {
       const Status s = done[k]->wait(kWait);
       ASSERT_TRUE(s.ok()) << tensors[k].name << ": " << s.to_string();
-      EXPECT_EQ(outs[k], wants[k]) << "rank " << rank << ", " << tensors[k].name << " ("
-                                   << op_type_name(tensors[k].type) << ")";
+      EXPECT_EQ(outs[k], wants[k])
+          << "rank " << rank << ", " << tensors[k].name << " (" << tensors[k].collective << ")";
     }
   });
 }
