@@ -28,7 +28,7 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   # Open MPI's leaks are suppressed by library (tests/sanitizers/lsan.supp); everything else is
   # reported. Its frames have no frame pointers and it unloads its components at exit, so the
   # tests that run it need full stacks and components kept loaded to attribute what they find.
-  mpi_tests='^conformance\.mpi\.|^integration\.Mpirun\.|^netns\.|^bench\.hvd_bench'
+  mpi_tests='^conformance\.mpi\.|^integration\.Mpirun\.|^netns\.|^bench\.hvd_bench|^scheduler\.mpi'
   asan_env=(LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp"
             OMPI_MCA_mca_base_component_disable_dlclose=1)
   (cd build-asan && env "${asan_env[@]}" ASAN_OPTIONS=detect_leaks=1 \
@@ -44,5 +44,5 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   # conformance adds only uninstrumented Open MPI here, and minutes.
   (cd build-tsan && TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp" \
                      ctest -j "$jobs" --output-on-failure --timeout 900 \
-                          -R '^(unit|integration)\.|^conformance\.(gloo|kvs)\.np2$')
+                          -R '^(unit|integration)\.|^conformance\.(gloo|kvs)\.np2$|^scheduler\.(gloo|kvs)\.np2$')
 fi

@@ -2,6 +2,7 @@
 // backend's own library timed beside hvd in the same job (--baseline). See docs/performance.md.
 //
 //   hvdrun -np 2 hvd-bench --backend all --baseline -b 8 -e 64M -f 4 -J result.json
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "buffer.hpp"
 #include "direct.hpp"
 #include "env.hpp"
+#include "fusion.hpp"
 #include "hvd/hvd.hpp"
 #include "limits.hpp"
 #include "options.hpp"
@@ -385,6 +387,7 @@ class Bench {
       std::fprintf(stderr, "hvd-bench: no backend plugins found (see hvd-info)\n");
       return 1;
     }
+    if (o_.tensors > 0) return run_fusion(backends);
     bool failed = false;
     for (const std::string& name : backends) {
       Result<Comm> comm = Comm::init(Comm::Options{name, o_.timeout_seconds});
@@ -423,6 +426,56 @@ class Bench {
   }
 
  private:
+  // --tensors: per backend, the single allreduce and fused steps on one communicator, then the
+  // unfused steps on a second one started with HVD_FUSION_THRESHOLD=0 (the scheduler reads its
+  // knobs when it starts).
+  int run_fusion(const std::vector<std::string>& backends) {
+    bool failed = false;
+    const std::optional<std::string> threshold = core::knob(env_, "FUSION_THRESHOLD");
+    for (const std::string& name : backends) {
+      FusionResult result;
+      result.threshold = threshold.value_or("128 MiB (default)");
+      Status s = Status::success();
+      {
+        Result<Comm> comm = Comm::init(Comm::Options{name, o_.timeout_seconds});
+        if (!comm.ok()) {
+          report_.skip(name.empty() ? "(default)" : name, comm.status().message());
+          continue;
+        }
+        if (!header_done_) s = header(*comm, -1);
+        if (s.ok()) s = measure_fused(*comm, o_, &result);
+        if (s.ok()) s = comm->finalize();
+      }
+      if (s.ok()) {
+        ::setenv("HVD_FUSION_THRESHOLD", "0", 1);
+        Result<Comm> comm = Comm::init(Comm::Options{name, o_.timeout_seconds});
+        s = comm.ok() ? measure_unfused(*comm, o_, &result) : comm.status();
+        if (s.ok()) s = comm->finalize();
+        if (threshold) {
+          ::setenv("HVD_FUSION_THRESHOLD", threshold->c_str(), 1);
+        } else {
+          ::unsetenv("HVD_FUSION_THRESHOLD");
+        }
+      }
+      if (!s.ok()) {
+        std::fprintf(stderr, "hvd-bench: backend %s: %s\n", name.c_str(), s.to_string().c_str());
+        failed = true;
+        break;
+      }
+      report_.fusion_row(name.empty() ? "(default)" : name, result);
+    }
+    if (!write_json()) failed = true;
+    if (report_.any_wrong()) {
+      std::fprintf(stderr, "hvd-bench: wrong results (see #wrong)\n");
+      failed = true;
+    }
+    if (!header_done_ && !failed) {
+      std::fprintf(stderr, "hvd-bench: no backend could run\n");
+      failed = true;
+    }
+    return failed ? 1 : 0;
+  }
+
   // Rank 0 writes every result so far (-J); false if that failed.
   bool write_json() {
     if (o_.json_path.empty() || !printing_ || !header_done_) return true;
@@ -431,23 +484,27 @@ class Bench {
     return s.ok();
   }
 
+  // The job and the physical limits, once, from the first backend that runs.
+  Status header(Comm& comm, int device) {
+    JobInfo job;
+    job.ranks = comm.size();
+    job.hvd_version = hvd_version();
+    HVD_ASSIGN_OR_RETURN(job.hosts, host_names(comm));
+    // One rank measures while the others wait: two measuring at once would share the cores.
+    PhysicalLimits limits;
+    if (comm.rank() == 0) limits = measure_limits(device);
+    HVD_RETURN_IF_ERROR(comm.barrier());
+    report_.header(job, limits);
+    header_done_ = true;
+    return Status::success();
+  }
+
   Status run_backend(Comm& comm) {
     int device = -1;
     if (o_.memory == HVD_MEMORY_CUDA) {
       HVD_ASSIGN_OR_RETURN(device, cuda_device_for(comm.local_rank()));
     }
-    if (!header_done_) {
-      JobInfo job;
-      job.ranks = comm.size();
-      job.hvd_version = hvd_version();
-      HVD_ASSIGN_OR_RETURN(job.hosts, host_names(comm));
-      // One rank measures while the others wait: two measuring at once would share the cores.
-      PhysicalLimits limits;
-      if (comm.rank() == 0) limits = measure_limits(device);
-      HVD_RETURN_IF_ERROR(comm.barrier());
-      report_.header(job, limits);
-      header_done_ = true;
-    }
+    if (!header_done_) HVD_RETURN_IF_ERROR(header(comm, device));
     if (o_.memory == HVD_MEMORY_CUDA && (comm.capabilities() & HVD_CAP_CUDA_MEMORY) == 0) {
       report_.skip(comm.backend(), "takes host memory only (--mem cuda asked for device buffers)");
       return Status::success();

@@ -165,6 +165,10 @@ const char* usage_text() {
          "                          gloo::allreduce, ...) and print hvd/direct\n"
          "  --latency               OSU-style per-call latency: avg, p50, p99 (defaults to 1000\n"
          "                          iterations up to 8 KiB, 100 above)\n"
+         "  --tensors K             the fusion mode: K float tensors per step through the\n"
+         "                          asynchronous API, fused (HVD_FUSION_THRESHOLD) and unfused\n"
+         "                          (threshold 0), beside one allreduce of all their bytes\n"
+         "  --tensor-bytes S        bytes per tensor in the fusion mode (default 4K)\n"
          "  --mem host|cuda         where the buffers live (default host)\n"
          "  --timeout SECONDS       bound on every wait (default HVD_TIMEOUT)\n"
          "  -h, --help              this text\n";
@@ -285,6 +289,18 @@ Result<Options> parse_options(int argc, char** argv) {
       });
     } else if (arg == "--baseline") {
       o.baseline = true;
+    } else if (arg == "--tensors") {
+      s = take([&](const std::string& v) -> Status {
+        HVD_ASSIGN_OR_RETURN(long n, parse_int("--tensors", v, 1, 1 << 20));
+        o.tensors = static_cast<int>(n);
+        return Status::success();
+      });
+    } else if (arg == "--tensor-bytes") {
+      s = take([&](const std::string& v) -> Status {
+        HVD_ASSIGN_OR_RETURN(o.tensor_bytes, parse_bytes("--tensor-bytes", v));
+        if (o.tensor_bytes < 4) return usage_error("--tensor-bytes: at least one float (4)");
+        return Status::success();
+      });
     } else if (arg == "--latency") {
       o.latency = true;
     } else {

@@ -31,6 +31,8 @@ struct Options {
   int root = 0;  // -r
   bool baseline = false;
   bool latency = false;
+  int tensors = 0;               // --tensors K: the fusion mode (K named tensors per step)
+  uint64_t tensor_bytes = 4096;  // --tensor-bytes
   hvd_memory_type memory = HVD_MEMORY_HOST;
   std::string json_path;  // -J
   double timeout_seconds = 0;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fusion.hpp"
 #include "hvd/sdk/result.hpp"
 #include "limits.hpp"
 #include "options.hpp"
@@ -78,6 +79,8 @@ class Report {
   void row(const Row& row);
   void latency_row(const LatencyRow& row);
   void end_table();
+  // The fusion mode (--tensors): one row per backend.
+  void fusion_row(const std::string& backend, const FusionResult& result);
 
   // Any wrong element, in any table.
   bool any_wrong() const { return any_wrong_; }
@@ -97,6 +100,7 @@ class Report {
   JobInfo job_;
   PhysicalLimits limits_;
   std::vector<Table> tables_;
+  std::vector<std::pair<std::string, FusionResult>> fusion_;
   std::vector<std::pair<std::string, std::string>> skipped_;
 };
 

@@ -12,7 +12,8 @@
 // Members are destroyed in reverse: the scheduler stops before the backend it runs on.
 struct hvd_comm {
   std::unique_ptr<hvd::core::Communicator> impl;
-  std::mutex scheduler_mutex;  // guards starting it
+  std::unique_ptr<hvd::core::Communicator> controller;  // negotiation, when impl has no host memory
+  std::mutex scheduler_mutex;                           // guards starting the scheduler
   std::unique_ptr<hvd::core::Scheduler> scheduler;
   std::atomic<bool> scheduled{false};       // set once the scheduler runs every collective
   std::atomic<uint64_t> blocking_calls{0};  // names blocking calls once they go through it
@@ -83,10 +84,20 @@ using hvd::core::Submission;
 hvd::Result<hvd::core::Scheduler*> scheduler_of(hvd_comm* comm) {
   std::lock_guard<std::mutex> lock(comm->scheduler_mutex);
   if (!comm->scheduler) {
-    HVD_ASSIGN_OR_RETURN(auto options,
-                         hvd::core::SchedulerOptions::from_env(hvd::core::process_env()));
+    const hvd::core::EnvLookup env = hvd::core::process_env();
+    HVD_ASSIGN_OR_RETURN(auto options, hvd::core::SchedulerOptions::from_env(env));
+    // Negotiation moves host bytes: a backend without host memory (NCCL) negotiates through a
+    // controller backend (HVD_CONTROLLER, default gloo), made now on every rank alike.
+    hvd::core::Collectives* control = comm->impl.get();
+    if ((comm->impl->plugin().capabilities & HVD_CAP_HOST_MEMORY) == 0) {
+      hvd::core::CommOptions controller;
+      controller.backend = hvd::core::knob(env, "CONTROLLER").value_or("gloo");
+      controller.purpose = "the controller of " + comm->impl->plugin().name;
+      HVD_ASSIGN_OR_RETURN(comm->controller, hvd::core::Communicator::create(controller, env));
+      control = comm->controller.get();
+    }
     HVD_ASSIGN_OR_RETURN(comm->scheduler,
-                         hvd::core::Scheduler::start(*comm->impl, *comm->impl, std::move(options)));
+                         hvd::core::Scheduler::start(*comm->impl, *control, std::move(options)));
     comm->scheduled.store(true, std::memory_order_release);
   }
   return comm->scheduler.get();
@@ -353,6 +364,26 @@ hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds) {
 }
 
 void hvd_request_free(hvd_request* request) { delete request; }
+
+hvd_status hvd_scheduler_stats_get(hvd_comm* comm, hvd_scheduler_stats* stats) {
+  return guarded([&] {
+    HVD_RETURN_IF_ERROR(require(comm));
+    if (stats == nullptr || stats->struct_size < sizeof(hvd_scheduler_stats)) {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "stats is NULL or its struct_size is not set");
+    }
+    hvd::core::Scheduler::Stats s;
+    {
+      std::lock_guard<std::mutex> lock(comm->scheduler_mutex);
+      if (comm->scheduler) s = comm->scheduler->stats();
+    }
+    stats->cycles = s.cycles;
+    stats->full_negotiations = s.full_negotiations;
+    stats->negotiation_seconds = s.negotiation_seconds;
+    stats->tensors = s.tensors;
+    stats->backend_calls = s.backend_calls;
+    return hvd::Status::success();
+  });
+}
 
 const char* hvd_last_error(void) { return t_has_last_error ? t_last_error.c_str() : ""; }
 

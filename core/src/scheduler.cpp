@@ -258,9 +258,8 @@ Status Scheduler::run_cycle(bool* stop) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (Entry& e : queue_) {
-      order_.push_back(e.what.name);
-      std::string name = e.what.name;
-      pending_.emplace(std::move(name), std::move(e));
+      pending_.push_back(std::move(e));
+      by_name_.emplace(pending_.back().what.name, std::prev(pending_.end()));
     }
     queue_.clear();
     shutdown = shutdown_requested_;
@@ -273,10 +272,9 @@ Status Scheduler::run_cycle(bool* stop) {
   const size_t nbits = negotiator_.bit_count();
   std::vector<uint8_t> vote(nbits + 3, 0);
   std::vector<Request> mine;
-  for (const std::string& name : order_) {
-    Entry& e = pending_.at(name);
+  for (Entry& e : pending_) {
     if (e.sent || e.negotiated != Clock::time_point{}) continue;
-    Request request{name, e.what.spec};
+    Request request{e.what.name, e.what.spec};
     const bool waited =
         options_.stall_check.count() > 0 && now - e.submitted > options_.stall_check / 2;
     const auto bit = waited ? std::nullopt : negotiator_.cached_bit(request);
@@ -325,6 +323,10 @@ Status Scheduler::run_cycle(bool* stop) {
   }
   vote.resize(nbits);
   std::vector<Response> ready = negotiator_.cycle(vote, gathered, now);
+  ++cycles_;
+  if (!gathered.empty()) ++full_negotiations_;
+  negotiation_ns_ += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - now).count());
   stall_check(now);
   if (timeline_ && options_.timeline_mark_cycles) timeline_->mark("CYCLE", now);
   execute(std::move(ready));
@@ -396,7 +398,7 @@ void Scheduler::execute(std::vector<Response> ready) {
   // Grouped tensors wait until their whole group is ready (the same on every rank).
   std::vector<Response> runnable;
   for (Response& r : ready) {
-    Entry& e = pending_.at(r.name);
+    Entry& e = *by_name_.at(r.name);
     e.negotiated = Clock::now();
     if (timeline_) timeline_->span(r.name, "NEGOTIATE", e.submitted, e.negotiated);
     if (r.spec.group == 0) {
@@ -417,7 +419,7 @@ void Scheduler::execute(std::vector<Response> ready) {
   std::map<Key, size_t> open;
   std::map<Key, uint64_t> open_bytes;
   for (Response& r : runnable) {
-    Entry& e = pending_.at(r.name);
+    Entry& e = *by_name_.at(r.name);
     if (!r.error.empty()) {
       finish(r.name, error(HVD_ERR_MISMATCH, r.error));
       continue;
@@ -473,6 +475,7 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
   hvd_collective_args a =
       args_for(batch.front()->what, fusion_buffer_.data(), fusion_buffer_.data(), total / element);
   const Status status = data_.allreduce(a);
+  ++backend_calls_;
   const auto copy_out = Clock::now();
   offset = 0;
   if (status.ok()) {
@@ -518,6 +521,7 @@ void Scheduler::run_alone(Entry& e) {
       status = data_.broadcast(args_for(w, w.send, w.recv, count));
       break;
   }
+  ++backend_calls_;
   if (timeline_) {
     timeline_->span(w.name, "QUEUE", e.negotiated, start);
     timeline_->span(w.name, op_type_name(w.spec.type), start, Clock::now());
@@ -525,19 +529,30 @@ void Scheduler::run_alone(Entry& e) {
   finish(w.name, status);
 }
 
-void Scheduler::finish(const std::string& name, Status status) {
-  auto it = pending_.find(name);
-  if (it == pending_.end()) return;
-  const std::shared_ptr<Completion> completion = it->second.completion;
-  pending_.erase(it);
-  order_.erase(std::find(order_.begin(), order_.end(), name));
+void Scheduler::finish(std::string name, Status status) {  // by value: the entry dies here
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return;
+  const std::shared_ptr<Completion> completion = it->second->completion;
+  pending_.erase(it->second);
+  by_name_.erase(it);
   {
     // The name is free before anyone learns of the completion: a caller that waits and then
     // submits the same name again must not find it in flight.
     std::lock_guard<std::mutex> lock(mutex_);
     in_flight_.erase(name);
   }
+  ++tensors_;
   completion->complete(std::move(status));
+}
+
+Scheduler::Stats Scheduler::stats() const {
+  Stats s;
+  s.cycles = cycles_;
+  s.full_negotiations = full_negotiations_;
+  s.negotiation_seconds = static_cast<double>(negotiation_ns_) * 1e-9;
+  s.tensors = tensors_;
+  s.backend_calls = backend_calls_;
+  return s;
 }
 
 void Scheduler::fail_all(const Status& status) {
@@ -550,7 +565,8 @@ void Scheduler::fail_all(const Status& status) {
     never_taken.swap(queue_);
     for (const Entry& e : never_taken) in_flight_.erase(e.what.name);
   }
-  const std::vector<std::string> names = order_;
+  std::vector<std::string> names;
+  for (const Entry& e : pending_) names.push_back(e.what.name);
   for (const std::string& name : names) finish(name, status);
   held_.clear();
   for (Entry& e : never_taken) e.completion->complete(status);

@@ -12,12 +12,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "collectives.hpp"
@@ -82,6 +84,16 @@ class Scheduler {
   // Operations in flight fail with a message that says so.
   void shutdown();
 
+  // Counters since start (read from any thread).
+  struct Stats {
+    uint64_t cycles = 0;
+    uint64_t full_negotiations = 0;  // cycles that gathered requests: somebody missed the cache
+    double negotiation_seconds = 0;  // the cache-bit vote, gathers and validation
+    uint64_t tensors = 0;            // completed
+    uint64_t backend_calls = 0;      // data collectives run (a fused buffer counts once)
+  };
+  Stats stats() const;
+
  private:
   struct Entry {
     Submission what;
@@ -100,7 +112,7 @@ class Scheduler {
   void execute(std::vector<Response> responses);
   void run_fused(std::vector<Entry*>& batch);
   void run_alone(Entry& e);
-  void finish(const std::string& name, Status status);
+  void finish(std::string name, Status status);
   void fail_all(const Status& status);
 
   Collectives& data_;
@@ -118,12 +130,14 @@ class Scheduler {
   std::optional<Status> stopped_;  // why the scheduler no longer runs
   uint64_t next_group_ = 1;
 
-  // Background thread only.
-  std::map<std::string, Entry> pending_;
-  std::vector<std::string> order_;                  // pending names in submission order
+  // Background thread only: what was taken from the queue, in submission order, and by name.
+  std::list<Entry> pending_;
+  std::unordered_map<std::string, std::list<Entry>::iterator> by_name_;
   std::map<uint64_t, std::vector<Response>> held_;  // grouped tensors waiting for their group
   Timeline::Clock::time_point last_stall_warning_{};
   bool stall_shutdown_due_ = false;
+  std::atomic<uint64_t> cycles_{0}, full_negotiations_{0}, negotiation_ns_{0}, tensors_{0},
+      backend_calls_{0};
   std::thread thread_;
 };
 

@@ -4,7 +4,10 @@
 // error on every rank while the job goes on, and a blocking call, which now runs through the
 // scheduler.
 //
-//   hvd_scheduler_job [--tensors N] [--rounds R] [--seed S]
+//   hvd_scheduler_job [--tensors N] [--rounds R] [--seed S] [--device-memory]
+//
+// --device-memory marks every tensor as CUDA memory (device 0) for a test backend that claims
+// device memory only and copies whatever it is given: negotiation then needs the controller.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +32,13 @@ int main(int argc, char** argv) {
   int tensors = 200;
   int rounds = 3;
   uint32_t seed = 2026;
+  hvd_placement placement{sizeof(hvd_placement), HVD_MEMORY_HOST, -1, nullptr};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--device-memory") == 0) {
+      placement.memory_type = HVD_MEMORY_CUDA;
+      placement.device = 0;
+    }
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--tensors") == 0) tensors = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::atoi(argv[i + 1]);
@@ -59,14 +69,17 @@ int main(int argc, char** argv) {
       hvd::Result<hvd::Request> r = hvd::Status::success();
       switch (t.collective) {
         case HVD_COLLECTIVE_ALLREDUCE:
-          r = comm->allreduce_async(t.name, in[k].data(), out[k].data(), t.dtype, t.shape, t.op);
+          r = comm->allreduce_async(t.name, in[k].data(), out[k].data(), t.dtype, t.shape, t.op, 1,
+                                    1, &placement);
           break;
         case HVD_COLLECTIVE_ALLGATHER:
-          r = comm->allgather_async(t.name, in[k].data(), out[k].data(), t.dtype, t.shape);
+          r = comm->allgather_async(t.name, in[k].data(), out[k].data(), t.dtype, t.shape,
+                                    &placement);
           break;
         default:
           if (rank == t.root) std::copy(in[k].begin(), in[k].end(), out[k].begin());
-          r = comm->broadcast_async(t.name, out[k].data(), out[k].data(), t.dtype, t.shape, t.root);
+          r = comm->broadcast_async(t.name, out[k].data(), out[k].data(), t.dtype, t.shape, t.root,
+                                    &placement);
           break;
       }
       if (!r.ok()) return fail(rank, t.name + ": " + r.status().to_string());
@@ -86,7 +99,8 @@ int main(int argc, char** argv) {
   // Ranks that disagree: the same message everywhere, and the job goes on.
   std::vector<float> a(4, 1.0f), b(4, 0.0f);
   const int64_t n = rank == 0 ? 3 : 4;
-  auto mismatch = comm->allreduce_async("mismatch", a.data(), b.data(), HVD_FLOAT32, {n}, HVD_SUM);
+  auto mismatch = comm->allreduce_async("mismatch", a.data(), b.data(), HVD_FLOAT32, {n}, HVD_SUM,
+                                        1, 1, &placement);
   if (!mismatch.ok()) return fail(rank, mismatch.status().to_string());
   const hvd::Status m = mismatch->wait(120);
   const std::string expected =
@@ -98,7 +112,7 @@ int main(int argc, char** argv) {
 
   // A blocking call now goes through the scheduler, in order on every rank.
   int64_t value = rank + 1;
-  const hvd::Status blocking = comm->allreduce(&value, &value, 1, HVD_SUM);
+  const hvd::Status blocking = comm->allreduce(&value, &value, 1, HVD_INT64, HVD_SUM, &placement);
   if (!blocking.ok() || value != static_cast<int64_t>(size) * (size + 1) / 2) {
     return fail(rank, "blocking allreduce through the scheduler: " + blocking.to_string() +
                           ", value " + std::to_string(value));

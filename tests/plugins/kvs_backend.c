@@ -8,7 +8,9 @@
  *   HVD_TEST_FAIL_INIT  init fails with a message
  *   HVD_TEST_ABI2       exports hvd_backend_entry_v2 (a future major) instead of _v1
  *   HVD_TEST_NO_ENTRY   exports an unrelated symbol only
- *   HVD_TEST_WRONG_SUM  allreduce leaves out the last rank's data: wrong answers, no error */
+ *   HVD_TEST_WRONG_SUM  allreduce leaves out the last rank's data: wrong answers, no error
+ *   HVD_TEST_DEVICE_ONLY declares CUDA memory only, as NCCL does (a backend that needs a
+ *                       host-memory controller for the scheduler's negotiation) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,7 +136,11 @@ static const hvd_backend_v1 kvs_table = {
     HVD_TEST_NAME,
     "1.0.0",
     "test backend in C: every collective through the rendezvous store",
+#ifdef HVD_TEST_DEVICE_ONLY
+    HVD_CAP_CUDA_MEMORY, /* claims device memory only (it copies whatever it is given) */
+#else
     HVD_CAP_HOST_MEMORY,
+#endif
     kvs_init,
     kvs_finalize,
     kvs_allreduce,

@@ -72,7 +72,7 @@ TEST(PluginLoader, AnUnknownBackendListsWhatExistsAndWhereItLooked) {
   EXPECT_EQ(plugin.status().code(), HVD_ERR_NOT_FOUND);
   EXPECT_EQ(plugin.status().message(),
             "unknown backend 'nope': no libhvd-backend-nope.so in the plugin search path. "
-            "Available backends: failinit, kvs, wrongsum. Searched: " +
+            "Available backends: failinit, kvs, kvsdevice, wrongsum. Searched: " +
                 kTestPlugins.string() +
                 ", /nonexistent (HVD_PLUGIN_PATH adds directories; HVD_BACKEND may also be a file "
                 "path)");
@@ -80,12 +80,13 @@ TEST(PluginLoader, AnUnknownBackendListsWhatExistsAndWhereItLooked) {
 
 TEST(PluginLoader, ScanReportsGoodAndBadPlugins) {
   PluginScan scan = scan_plugins({kTestPlugins});
-  ASSERT_EQ(scan.plugins.size(), 3u);
+  ASSERT_EQ(scan.plugins.size(), 4u);
   EXPECT_EQ(scan.plugins[0].name, "failinit");
   EXPECT_EQ(scan.plugins[1].name, "kvs");
-  EXPECT_EQ(scan.plugins[2].name, "wrongsum");
-  // failinit and wrongsum load fine (one fails at init, the other computes wrong sums); abi2,
-  // garbage and noentry do not load.
+  EXPECT_EQ(scan.plugins[2].name, "kvsdevice");
+  EXPECT_EQ(scan.plugins[3].name, "wrongsum");
+  // The variants of kvs load fine (failinit fails only at init, wrongsum computes wrong sums,
+  // kvsdevice claims device memory); abi2, garbage and noentry do not load.
   ASSERT_EQ(scan.failures.size(), 3u);
   EXPECT_EQ(scan.failures[0].path.filename(), "libhvd-backend-abi2.so");
   EXPECT_EQ(scan.failures[1].path.filename(), "libhvd-backend-garbage.so");

@@ -140,6 +140,17 @@ HVD_API hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds
 /* Releases the handle (the operation itself goes on). NULL is ignored. */
 HVD_API void hvd_request_free(hvd_request* request);
 
+/* The scheduler's counters since it started (all zero before the first asynchronous call). */
+typedef struct hvd_scheduler_stats {
+  size_t struct_size;          /* sizeof(hvd_scheduler_stats) */
+  uint64_t cycles;             /* negotiation cycles run */
+  uint64_t full_negotiations;  /* cycles that gathered requests (some rank missed the cache) */
+  double negotiation_seconds;  /* spent negotiating: the cache-bit vote, gathers, validation */
+  uint64_t tensors;            /* tensors completed */
+  uint64_t backend_calls;      /* data collectives run (a fusion buffer counts once) */
+} hvd_scheduler_stats;
+HVD_API hvd_status hvd_scheduler_stats_get(hvd_comm* comm, hvd_scheduler_stats* stats);
+
 /* The message of the calling thread's last failed hvd call ("" if none). Never NULL. */
 HVD_API const char* hvd_last_error(void);
 /* "0.1.0" */

@@ -181,6 +181,13 @@ class Comm {
     return out;
   }
 
+  hvd_scheduler_stats scheduler_stats() const {
+    hvd_scheduler_stats stats{};
+    stats.struct_size = sizeof stats;
+    (void)hvd_scheduler_stats_get(comm_, &stats);
+    return stats;
+  }
+
   template <typename T>
   Result<Request> allreduce_async(const std::string& name, const T* send, T* recv, uint64_t count,
                                   hvd_reduce_op op) {

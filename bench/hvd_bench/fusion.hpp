@@ -1,0 +1,33 @@
+// hvd-bench's fusion mode (--tensors K): a training step's worth of small named tensors through
+// the asynchronous API, fused and unfused, beside one allreduce of all their bytes.
+#ifndef HVD_BENCH_FUSION_HPP
+#define HVD_BENCH_FUSION_HPP
+
+#include "hvd/hvd.hpp"
+#include "options.hpp"
+
+namespace hvd::bench {
+
+struct FusionResult {
+  int tensors = 0;
+  uint64_t tensor_bytes = 0;
+  std::string threshold;       // HVD_FUSION_THRESHOLD of the fused run ("default" if unset)
+  double single_seconds = 0;   // one blocking allreduce of tensors x tensor_bytes
+  double fused_seconds = 0;    // one step, fused
+  double unfused_seconds = 0;  // one step, threshold 0
+  double negotiation_seconds_per_cycle = 0;  // fused run, timed steps
+  double cycles_per_step = 0;
+  double calls_per_step_fused = 0;  // backend collectives per step
+  double calls_per_step_unfused = 0;
+  uint64_t full_negotiations = 0;  // in the fused run's timed steps: cache misses
+  uint64_t wrong = 0;              // elements, summed over ranks and both runs
+};
+
+// On a fresh communicator (its scheduler not started): the single allreduce, then fused steps.
+Status measure_fused(Comm& comm, const Options& options, FusionResult* result);
+// On another fresh communicator, started with HVD_FUSION_THRESHOLD=0.
+Status measure_unfused(Comm& comm, const Options& options, FusionResult* result);
+
+}  // namespace hvd::bench
+
+#endif  // HVD_BENCH_FUSION_HPP
