@@ -447,6 +447,10 @@ class Bench {
         if (s.ok()) s = comm->finalize();
       }
       if (s.ok()) {
+        // HVD_TIMELINE keeps the fused run's trace: the unfused one would overwrite it.
+        const std::optional<std::string> timeline = core::knob(env_, "TIMELINE");
+        ::unsetenv("HVD_TIMELINE");
+        ::unsetenv("HOROVOD_TIMELINE");
         ::setenv("HVD_FUSION_THRESHOLD", "0", 1);
         Result<Comm> comm = Comm::init(Comm::Options{name, o_.timeout_seconds});
         s = comm.ok() ? measure_unfused(*comm, o_, &result) : comm.status();
@@ -456,6 +460,7 @@ class Bench {
         } else {
           ::unsetenv("HVD_FUSION_THRESHOLD");
         }
+        if (timeline) ::setenv("HVD_TIMELINE", timeline->c_str(), 1);
       }
       if (!s.ok()) {
         std::fprintf(stderr, "hvd-bench: backend %s: %s\n", name.c_str(), s.to_string().c_str());

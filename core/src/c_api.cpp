@@ -82,6 +82,7 @@ using hvd::core::Submission;
 
 // The scheduler of `comm`, started on first use (HVD_CYCLE_TIME and friends read then).
 hvd::Result<hvd::core::Scheduler*> scheduler_of(hvd_comm* comm) {
+  if (comm->scheduled.load(std::memory_order_acquire)) return comm->scheduler.get();
   std::lock_guard<std::mutex> lock(comm->scheduler_mutex);
   if (!comm->scheduler) {
     const hvd::core::EnvLookup env = hvd::core::process_env();
@@ -130,6 +131,7 @@ hvd::Status enqueue(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
     return hvd::error(HVD_ERR_INVALID_ARGUMENT, "tensors or requests is NULL");
   }
   std::vector<Submission> group;
+  group.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     const hvd_tensor& t = tensors[i];
     if (t.struct_size < sizeof(hvd_tensor)) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 #include <tuple>
 
 #include "hvd/reduce.h"
@@ -162,9 +163,10 @@ void Scheduler::shutdown() {
 }
 
 Status Scheduler::check(const Submission& s) const {
-  const std::string what = std::string(op_type_name(s.spec.type)) + " '" + s.name + "': ";
+  // The message is built only on failure: this runs for every tensor of every step.
   auto invalid = [&](const std::string& why) {
-    return error(HVD_ERR_INVALID_ARGUMENT, what + why);
+    return error(HVD_ERR_INVALID_ARGUMENT,
+                 std::string(op_type_name(s.spec.type)) + " '" + s.name + "': " + why);
   };
   if (s.name.empty()) return error(HVD_ERR_INVALID_ARGUMENT, "a tensor needs a name");
   const TensorSpec& spec = s.spec;
@@ -216,9 +218,11 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
   for (const Submission& s : group) HVD_RETURN_IF_ERROR(check(s));
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopped_) return stopped_->with_context("the scheduler has stopped");
-  std::set<std::string> names;
+  std::unordered_set<std::string_view> in_group;
   for (const Submission& s : group) {
-    if (in_flight_.count(s.name) || !names.insert(s.name).second) {
+    const bool twice =
+        in_flight_.count(s.name) > 0 || (group.size() > 1 && !in_group.insert(s.name).second);
+    if (twice) {
       return error(HVD_ERR_INVALID_ARGUMENT,
                    "Duplicate tensor name '" + s.name +
                        "': a tensor of that name is already in flight on this rank (submitted "
@@ -486,6 +490,8 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
     }
   }
   const auto end = Clock::now();
+  std::vector<std::string> names;
+  names.reserve(batch.size());
   for (Entry* e : batch) {
     if (timeline_) {
       timeline_->span(e->what.name, "QUEUE", e->negotiated, copy_in);
@@ -493,9 +499,10 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
       timeline_->span(e->what.name, "ALLREDUCE", reduce, copy_out);
       timeline_->span(e->what.name, "MEMCPY_OUT_FUSION_BUFFER", copy_out, end);
     }
-    finish(e->what.name, status);
+    names.push_back(e->what.name);
   }
   batch.clear();
+  finish(names, status);
 }
 
 void Scheduler::run_alone(Entry& e) {
@@ -530,19 +537,27 @@ void Scheduler::run_alone(Entry& e) {
 }
 
 void Scheduler::finish(std::string name, Status status) {  // by value: the entry dies here
-  const auto it = by_name_.find(name);
-  if (it == by_name_.end()) return;
-  const std::shared_ptr<Completion> completion = it->second->completion;
-  pending_.erase(it->second);
-  by_name_.erase(it);
-  {
-    // The name is free before anyone learns of the completion: a caller that waits and then
-    // submits the same name again must not find it in flight.
-    std::lock_guard<std::mutex> lock(mutex_);
-    in_flight_.erase(name);
+  finish(std::vector<std::string>{std::move(name)}, status);
+}
+
+void Scheduler::finish(const std::vector<std::string>& names, const Status& status) {
+  std::vector<std::shared_ptr<Completion>> completions;
+  completions.reserve(names.size());
+  for (const std::string& name : names) {
+    const auto it = by_name_.find(name);
+    if (it == by_name_.end()) continue;
+    completions.push_back(it->second->completion);
+    pending_.erase(it->second);
+    by_name_.erase(it);
   }
-  ++tensors_;
-  completion->complete(std::move(status));
+  {
+    // The names are free before anyone learns of the completions: a caller that waits and then
+    // submits the same name again must not find it in flight. One lock for the whole batch.
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& name : names) in_flight_.erase(name);
+  }
+  tensors_ += completions.size();
+  for (const auto& completion : completions) completion->complete(status);
 }
 
 Scheduler::Stats Scheduler::stats() const {
@@ -567,7 +582,7 @@ void Scheduler::fail_all(const Status& status) {
   }
   std::vector<std::string> names;
   for (const Entry& e : pending_) names.push_back(e.what.name);
-  for (const std::string& name : names) finish(name, status);
+  finish(names, status);
   held_.clear();
   for (Entry& e : never_taken) e.completion->complete(status);
 }

@@ -16,10 +16,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "collectives.hpp"
@@ -113,6 +113,7 @@ class Scheduler {
   void run_fused(std::vector<Entry*>& batch);
   void run_alone(Entry& e);
   void finish(std::string name, Status status);
+  void finish(const std::vector<std::string>& names, const Status& status);
   void fail_all(const Status& status);
 
   Collectives& data_;
@@ -125,7 +126,7 @@ class Scheduler {
   // Shared with submitting threads.
   std::mutex mutex_;
   std::deque<Entry> queue_;
-  std::set<std::string> in_flight_;  // names submitted and not completed
+  std::unordered_set<std::string> in_flight_;  // names submitted and not completed
   bool shutdown_requested_ = false;
   std::optional<Status> stopped_;  // why the scheduler no longer runs
   uint64_t next_group_ = 1;

@@ -35,6 +35,15 @@ echo "== latency mode"
 jq -e '[.results[] | .latency_us.p50 > 0 and .nwrong == 0] | all' "$work/latency.json" \
   >/dev/null || fail "latency results are missing or wrong"
 
+echo "== fusion mode: 64 named tensors per step, fused, grouped and unfused"
+"$hvdrun" -np 3 --timeout 120 -- "$bench" --backend gloo --tensors 64 --tensor-bytes 1K -n 3 -w 1 \
+  -J "$work/fusion.json" >/dev/null
+jq -e '[.results[] | select(.mode == "fusion")] | length == 1' "$work/fusion.json" >/dev/null ||
+  fail "no fusion result"
+jq -e '.results[0] | .nwrong == 0 and .backend_calls_per_step_unfused == 64 and
+       .backend_calls_per_step_fused < 64 and .fused_time > 0 and .grouped_time > 0' \
+  "$work/fusion.json" >/dev/null || fail "fusion result: $(jq -c '.results[0]' "$work/fusion.json")"
+
 echo "== a backend that returns wrong sums must fail the run"
 if HVD_PLUGIN_PATH="$test_plugins" "$hvdrun" -np 3 --timeout 120 -- "$bench" --backend wrongsum \
      -b 4 -e 64 -n 1 -w 0 -J "$work/wrong.json" >"$work/wrong.txt" 2>&1; then
