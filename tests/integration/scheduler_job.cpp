@@ -66,22 +66,21 @@ int main(int argc, char** argv) {
       const auto& t = workload[k];
       std::tie(in[k], want[k]) = hvd::testing::data_for(t, rank, size);
       out[k].assign(want[k].size(), 0x5a);
-      hvd::Result<hvd::Request> r = hvd::Status::success();
-      switch (t.collective) {
-        case HVD_COLLECTIVE_ALLREDUCE:
-          r = comm->allreduce_async(t.name, in[k].data(), out[k].data(), t.dtype, t.shape, t.op, 1,
-                                    1, &placement);
-          break;
-        case HVD_COLLECTIVE_ALLGATHER:
-          r = comm->allgather_async(t.name, in[k].data(), out[k].data(), t.dtype, t.shape,
-                                    &placement);
-          break;
-        default:
-          if (rank == t.root) std::copy(in[k].begin(), in[k].end(), out[k].begin());
-          r = comm->broadcast_async(t.name, out[k].data(), out[k].data(), t.dtype, t.shape, t.root,
-                                    &placement);
-          break;
-      }
+      auto submit = [&]() -> hvd::Result<hvd::Request> {
+        switch (t.collective) {
+          case HVD_COLLECTIVE_ALLREDUCE:
+            return comm->allreduce_async(t.name, in[k].data(), out[k].data(), t.dtype, t.shape,
+                                         t.op, 1, 1, &placement);
+          case HVD_COLLECTIVE_ALLGATHER:
+            return comm->allgather_async(t.name, in[k].data(), out[k].data(), t.dtype, t.shape,
+                                         &placement);
+          default:
+            if (rank == t.root) std::copy(in[k].begin(), in[k].end(), out[k].begin());
+            return comm->broadcast_async(t.name, out[k].data(), out[k].data(), t.dtype, t.shape,
+                                         t.root, &placement);
+        }
+      };
+      hvd::Result<hvd::Request> r = submit();
       if (!r.ok()) return fail(rank, t.name + ": " + r.status().to_string());
       requests.push_back(std::move(r).value());
       which.push_back(k);
