@@ -413,16 +413,7 @@ class Bench {
         failed = true;
       }
     }
-    if (!write_json()) failed = true;  // with the backends skipped after the last one that ran
-    if (report_.any_wrong()) {
-      std::fprintf(stderr, "hvd-bench: wrong results (see #wrong)\n");
-      failed = true;
-    }
-    if (!header_done_ && !failed) {
-      std::fprintf(stderr, "hvd-bench: no backend could run\n");
-      failed = true;
-    }
-    return failed ? 1 : 0;
+    return conclude(failed);
   }
 
  private:
@@ -469,6 +460,12 @@ class Bench {
       }
       report_.fusion_row(name.empty() ? "(default)" : name, result);
     }
+    return conclude(failed);
+  }
+
+  // The exit status: the JSON written (with the backends skipped after the last one that ran),
+  // and failed if anything was wrong or nothing ran.
+  int conclude(bool failed) {
     if (!write_json()) failed = true;
     if (report_.any_wrong()) {
       std::fprintf(stderr, "hvd-bench: wrong results (see #wrong)\n");

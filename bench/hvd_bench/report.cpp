@@ -1,5 +1,7 @@
 #include "report.hpp"
 
+#include "json.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -49,34 +51,7 @@ double median(std::vector<double> v) {
 
 // A small JSON emitter: objects and arrays built as text, numbers printed with %.6g, and
 // non-finite numbers as null.
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char esc[8];
-          std::snprintf(esc, sizeof esc, "\\u%04x", c);
-          out += esc;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
+using core::json_string;
 
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
@@ -88,11 +63,11 @@ std::string json_number(double v) {
 class JsonObject {
  public:
   JsonObject& add(const std::string& key, const std::string& raw_value) {
-    text_ += (text_.empty() ? "" : ", ") + quoted(key) + ": " + raw_value;
+    text_ += (text_.empty() ? "" : ", ") + json_string(key) + ": " + raw_value;
     return *this;
   }
   JsonObject& str(const std::string& key, const std::string& value) {
-    return add(key, quoted(value));
+    return add(key, json_string(value));
   }
   JsonObject& num(const std::string& key, double value) { return add(key, json_number(value)); }
   JsonObject& integer(const std::string& key, int64_t value) {
@@ -477,7 +452,7 @@ Status Report::write_json(const std::string& path) const {
     results.push_back(o.text());
   }
   std::vector<std::string> hosts, skipped;
-  for (const std::string& h : job_.hosts) hosts.push_back(quoted(h));
+  for (const std::string& h : job_.hosts) hosts.push_back(json_string(h));
   for (const auto& [backend, why] : skipped_) {
     skipped.push_back(JsonObject().str("backend", backend).str("reason", why).text());
   }

@@ -152,9 +152,21 @@ hvd::Status enqueue(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
   return hvd::Status::success();
 }
 
-hvd::Status enqueue_one(hvd_comm* comm, hvd_tensor tensor, hvd_request** request) {
-  tensor.struct_size = sizeof tensor;
-  return enqueue(comm, &tensor, 1, request);
+// The fields every asynchronous call has; the caller adds op, scales or root.
+hvd_tensor tensor_of(hvd_collective collective, const char* name, const void* sendbuf,
+                     void* recvbuf, hvd_dtype dtype, int32_t ndim, const int64_t* shape,
+                     const hvd_placement* placement) {
+  hvd_tensor t{};
+  t.struct_size = sizeof t;
+  t.collective = collective;
+  t.name = name;
+  t.sendbuf = sendbuf;
+  t.recvbuf = recvbuf;
+  t.dtype = dtype;
+  t.ndim = ndim;
+  t.shape = shape;
+  t.placement = placement;
+  return t;
 }
 
 // A blocking collective once the scheduler runs: submitted under a name every rank derives
@@ -292,19 +304,12 @@ hvd_status hvd_allreduce_async(hvd_comm* comm, const char* name, const void* sen
                                hvd_reduce_op op, double prescale, double postscale,
                                const hvd_placement* placement, hvd_request** request) {
   return guarded([&] {
-    hvd_tensor t{};
-    t.collective = HVD_COLLECTIVE_ALLREDUCE;
-    t.name = name;
-    t.sendbuf = sendbuf;
-    t.recvbuf = recvbuf;
-    t.dtype = dtype;
-    t.ndim = ndim;
-    t.shape = shape;
+    hvd_tensor t =
+        tensor_of(HVD_COLLECTIVE_ALLREDUCE, name, sendbuf, recvbuf, dtype, ndim, shape, placement);
     t.op = op;
     t.prescale = prescale;
     t.postscale = postscale;
-    t.placement = placement;
-    return enqueue_one(comm, t, request);
+    return enqueue(comm, &t, 1, request);
   });
 }
 
@@ -312,16 +317,9 @@ hvd_status hvd_allgather_async(hvd_comm* comm, const char* name, const void* sen
                                hvd_dtype dtype, int32_t ndim, const int64_t* shape,
                                const hvd_placement* placement, hvd_request** request) {
   return guarded([&] {
-    hvd_tensor t{};
-    t.collective = HVD_COLLECTIVE_ALLGATHER;
-    t.name = name;
-    t.sendbuf = sendbuf;
-    t.recvbuf = recvbuf;
-    t.dtype = dtype;
-    t.ndim = ndim;
-    t.shape = shape;
-    t.placement = placement;
-    return enqueue_one(comm, t, request);
+    const hvd_tensor t =
+        tensor_of(HVD_COLLECTIVE_ALLGATHER, name, sendbuf, recvbuf, dtype, ndim, shape, placement);
+    return enqueue(comm, &t, 1, request);
   });
 }
 
@@ -329,17 +327,10 @@ hvd_status hvd_broadcast_async(hvd_comm* comm, const char* name, const void* sen
                                hvd_dtype dtype, int32_t ndim, const int64_t* shape, int root,
                                const hvd_placement* placement, hvd_request** request) {
   return guarded([&] {
-    hvd_tensor t{};
-    t.collective = HVD_COLLECTIVE_BROADCAST;
-    t.name = name;
-    t.sendbuf = sendbuf;
-    t.recvbuf = recvbuf;
-    t.dtype = dtype;
-    t.ndim = ndim;
-    t.shape = shape;
+    hvd_tensor t =
+        tensor_of(HVD_COLLECTIVE_BROADCAST, name, sendbuf, recvbuf, dtype, ndim, shape, placement);
     t.root = root;
-    t.placement = placement;
-    return enqueue_one(comm, t, request);
+    return enqueue(comm, &t, 1, request);
   });
 }
 

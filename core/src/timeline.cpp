@@ -1,29 +1,11 @@
 #include "timeline.hpp"
 
+#include "json.hpp"
+
 #include <cerrno>
 #include <cstring>
 
 namespace hvd::core {
-namespace {
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", c);
-      out += esc;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 Result<std::unique_ptr<Timeline>> Timeline::open(const std::string& path, int rank) {
   std::FILE* file = std::fopen(path.c_str(), "w");

@@ -142,12 +142,12 @@ HVD_API void hvd_request_free(hvd_request* request);
 
 /* The scheduler's counters since it started (all zero before the first asynchronous call). */
 typedef struct hvd_scheduler_stats {
-  size_t struct_size;          /* sizeof(hvd_scheduler_stats) */
-  uint64_t cycles;             /* negotiation cycles run */
-  uint64_t full_negotiations;  /* cycles that gathered requests (some rank missed the cache) */
-  double negotiation_seconds;  /* spent negotiating: the cache-bit vote, gathers, validation */
-  uint64_t tensors;            /* tensors completed */
-  uint64_t backend_calls;      /* data collectives run (a fusion buffer counts once) */
+  size_t struct_size;         /* sizeof(hvd_scheduler_stats) */
+  uint64_t cycles;            /* negotiation cycles run */
+  uint64_t full_negotiations; /* cycles that gathered requests (some rank missed the cache) */
+  double negotiation_seconds; /* spent negotiating: the cache-bit vote, gathers, validation */
+  uint64_t tensors;           /* tensors completed */
+  uint64_t backend_calls;     /* data collectives run (a fusion buffer counts once) */
 } hvd_scheduler_stats;
 HVD_API hvd_status hvd_scheduler_stats_get(hvd_comm* comm, hvd_scheduler_stats* stats);
 
