@@ -61,14 +61,7 @@ hvd::Status require(const hvd_comm* comm) {
 
 hvd_collective_args make_args(const void* sendbuf, void* recvbuf, uint64_t count, hvd_dtype dtype,
                               const hvd_placement* placement) {
-  hvd_collective_args args{};
-  args.struct_size = sizeof args;
-  args.sendbuf = sendbuf;
-  args.recvbuf = recvbuf;
-  args.count = count;
-  args.dtype = dtype;
-  args.memory_type = HVD_MEMORY_HOST;
-  args.device = -1;
+  hvd_collective_args args = hvd::core::host_args(sendbuf, recvbuf, count, dtype);
   if (placement != nullptr) {
     args.memory_type = placement->memory_type;
     args.device = placement->device;

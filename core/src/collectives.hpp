@@ -7,6 +7,21 @@
 
 namespace hvd::core {
 
+// The arguments of a collective on host memory (root 0, op sum), struct_size set: the start
+// every caller builds on.
+inline hvd_collective_args host_args(const void* send, void* recv, uint64_t count,
+                                     hvd_dtype dtype) {
+  hvd_collective_args args{};
+  args.struct_size = sizeof args;
+  args.sendbuf = send;
+  args.recvbuf = recv;
+  args.count = count;
+  args.dtype = dtype;
+  args.memory_type = HVD_MEMORY_HOST;
+  args.device = -1;
+  return args;
+}
+
 class Collectives {
  public:
   virtual ~Collectives() = default;

@@ -60,15 +60,7 @@ Result<std::vector<Bytes>> exchange(KvStore& store, const std::string& key, cons
 
 // A collective on `count` bytes of host memory (root 0): hvd's own control messages.
 hvd_collective_args host_bytes(const void* send, void* recv, uint64_t count) {
-  hvd_collective_args args{};
-  args.struct_size = sizeof args;
-  args.sendbuf = send;
-  args.recvbuf = recv;
-  args.count = count;
-  args.dtype = HVD_UINT8;
-  args.memory_type = HVD_MEMORY_HOST;
-  args.device = -1;
-  return args;
+  return host_args(send, recv, count, HVD_UINT8);
 }
 
 }  // namespace

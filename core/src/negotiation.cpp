@@ -145,9 +145,10 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
 
 Negotiator::Negotiator(int size, size_t cache_capacity) : size_(size), capacity_(cache_capacity) {}
 
-std::optional<uint32_t> Negotiator::cached_bit(const Request& request) const {
-  const auto it = slot_of_.find(request.name);
-  if (it == slot_of_.end() || slots_[it->second]->spec != request.spec) return std::nullopt;
+std::optional<uint32_t> Negotiator::cached_bit(const std::string& name,
+                                               const TensorSpec& spec) const {
+  const auto it = slot_of_.find(name);
+  if (it == slot_of_.end() || slots_[it->second]->spec != spec) return std::nullopt;
   return it->second;
 }
 
@@ -296,7 +297,5 @@ std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
   }
   return out;
 }
-
-void Negotiator::drop(const std::string& name) { table_.erase(name); }
 
 }  // namespace hvd::core

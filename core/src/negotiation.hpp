@@ -66,11 +66,10 @@ class Negotiator {
   Negotiator(int size, size_t cache_capacity);
 
   // The cache bit of a tensor seen before with exactly this spec, if it is cached.
-  std::optional<uint32_t> cached_bit(const Request& request) const;
+  std::optional<uint32_t> cached_bit(const std::string& name, const TensorSpec& spec) const;
   // How many bits a cycle's vector has (the cache's slots, in use or free: the same on every
   // rank).
   size_t bit_count() const { return slots_.size(); }
-  size_t cached() const { return cache_order_.size(); }
 
   // One cycle, the same calls in the same order on every rank:
   //  1. bits_ready: the AND over ranks of the cache bits (one byte per cache entry);
@@ -89,9 +88,6 @@ class Negotiator {
     std::vector<int> missing;
   };
   std::vector<Stall> stalled(Clock::time_point now, std::chrono::duration<double> after) const;
-  // Give up on a stalled tensor: it leaves the message table (the ranks that submitted it fail
-  // it themselves).
-  void drop(const std::string& name);
 
  private:
   struct Partial {

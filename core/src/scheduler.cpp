@@ -54,12 +54,7 @@ void scale(void* out, const void* in, uint64_t count, hvd_dtype dtype, double fa
 }
 
 hvd_collective_args args_for(const Submission& s, const void* send, void* recv, uint64_t count) {
-  hvd_collective_args a{};
-  a.struct_size = sizeof a;
-  a.sendbuf = send;
-  a.recvbuf = recv;
-  a.count = count;
-  a.dtype = s.spec.dtype;
+  hvd_collective_args a = host_args(send, recv, count, s.spec.dtype);
   a.op = s.spec.op;
   a.root = s.spec.root;
   a.memory_type = s.spec.memory;
@@ -278,14 +273,13 @@ Status Scheduler::run_cycle(bool* stop) {
   std::vector<Request> mine;
   for (Entry& e : pending_) {
     if (e.sent || e.negotiated != Clock::time_point{}) continue;
-    Request request{e.what.name, e.what.spec};
     const bool waited =
         options_.stall_check.count() > 0 && now - e.submitted > options_.stall_check / 2;
-    const auto bit = waited ? std::nullopt : negotiator_.cached_bit(request);
+    const auto bit = waited ? std::nullopt : negotiator_.cached_bit(e.what.name, e.what.spec);
     if (bit) {
       vote[*bit] = 1;
     } else {
-      mine.push_back(std::move(request));
+      mine.push_back(Request{e.what.name, e.what.spec});  // copied only when it is sent
       e.sent = true;
     }
   }
@@ -293,14 +287,8 @@ Status Scheduler::run_cycle(bool* stop) {
   vote[nbits] = mine.empty() ? 1 : 0;
   vote[nbits + 1] = shutdown ? 0 : 1;
   vote[nbits + 2] = stall_shutdown_due_ ? 0 : 1;
-  hvd_collective_args a{};
-  a.struct_size = sizeof a;
-  a.sendbuf = vote.data();
-  a.recvbuf = vote.data();
-  a.count = vote.size();
-  a.dtype = HVD_UINT8;
+  hvd_collective_args a = host_args(vote.data(), vote.data(), vote.size(), HVD_UINT8);
   a.op = HVD_MIN;
-  a.device = -1;
   HVD_RETURN_IF_ERROR(control_.allreduce(a).with_context("negotiating (cache bits)"));
 
   if (vote[nbits + 1] == 0 || vote[nbits + 2] == 0) {
@@ -342,23 +330,14 @@ Result<std::vector<std::vector<Request>>> Scheduler::gather(const std::vector<Re
   const size_t ranks = static_cast<size_t>(control_.size());
   std::vector<int64_t> lengths(ranks);
   const int64_t length = static_cast<int64_t>(blob.size());
-  hvd_collective_args a{};
-  a.struct_size = sizeof a;
-  a.sendbuf = &length;
-  a.recvbuf = lengths.data();
-  a.count = 1;
-  a.dtype = HVD_INT64;
-  a.device = -1;
-  HVD_RETURN_IF_ERROR(control_.allgather(a).with_context("negotiating (request sizes)"));
+  HVD_RETURN_IF_ERROR(control_.allgather(host_args(&length, lengths.data(), 1, HVD_INT64))
+                          .with_context("negotiating (request sizes)"));
   const size_t longest = static_cast<size_t>(*std::max_element(lengths.begin(), lengths.end()));
   std::vector<char> padded(blob);
   padded.resize(longest);
   std::vector<char> all(longest * ranks);
-  a.sendbuf = padded.data();
-  a.recvbuf = all.data();
-  a.count = longest;
-  a.dtype = HVD_UINT8;
-  HVD_RETURN_IF_ERROR(control_.allgather(a).with_context("negotiating (requests)"));
+  HVD_RETURN_IF_ERROR(control_.allgather(host_args(padded.data(), all.data(), longest, HVD_UINT8))
+                          .with_context("negotiating (requests)"));
   std::vector<std::vector<Request>> out(ranks);
   for (size_t r = 0; r < ranks; ++r) {
     HVD_ASSIGN_OR_RETURN(out[r],
