@@ -1,11 +1,9 @@
-// The Gloo baseline: gloo::allreduce / allgather / broadcast with Gloo's own reduction functions,
-// on a Gloo context of its own, connected the way the plugin connects: through a rendezvous store.
+// The Gloo baseline: the algorithms the plugin runs (plugins/gloo/gloo_algorithms.hpp) with
+// Gloo's own reduction functions, on a Gloo context of its own, connected the way the plugin
+// connects: through a rendezvous store.
+#include <algorithm>
 #include <cstring>
 
-#include <gloo/allgather.h>
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -16,6 +14,7 @@
 #include "communicator.hpp"
 #include "direct.hpp"
 #include "env.hpp"
+#include "gloo_algorithms.hpp"
 #include "store.hpp"
 
 namespace hvd::bench {
@@ -91,17 +90,16 @@ bool with_gloo_type(hvd_dtype dtype, Fn&& fn) {
 }
 
 template <typename T>
-gloo::AllreduceOptions::Func gloo_reduction(hvd_reduce_op op) {
-  using Fn = void (*)(void*, const void*, const void*, size_t);
+const gloo::ReductionFunction<T>* gloo_reduction(hvd_reduce_op op) {
   switch (op) {
     case HVD_PRODUCT:
-      return static_cast<Fn>(&gloo::product<T>);
+      return gloo::ReductionFunction<T>::product;
     case HVD_MIN:
-      return static_cast<Fn>(&gloo::min<T>);
+      return gloo::ReductionFunction<T>::min;
     case HVD_MAX:
-      return static_cast<Fn>(&gloo::max<T>);
+      return gloo::ReductionFunction<T>::max;
     default:
-      return static_cast<Fn>(&gloo::sum<T>);
+      return gloo::ReductionFunction<T>::sum;
   }
 }
 
@@ -132,29 +130,17 @@ class DirectGloo final : public DirectLibrary {
         T* recv = static_cast<T*>(c.recv);
         T* send = const_cast<T*>(static_cast<const T*>(c.send));
         switch (c.collective) {
-          case Collective::kAllreduce: {
-            gloo::AllreduceOptions opts(context_);
-            if (send != recv) opts.setInput(send, c.count);
-            opts.setOutput(recv, c.count);
-            opts.setReduceFunction(gloo_reduction<T>(c.op));
-            gloo::allreduce(opts);
+          case Collective::kAllreduce:
+            if (send != recv) std::copy(send, send + c.count, recv);
+            gloo_algorithms::allreduce(context_, recv, c.count, gloo_reduction<T>(c.op));
             break;
-          }
-          case Collective::kAllgather: {
-            gloo::AllgatherOptions opts(context_);
-            if (send != recv + static_cast<size_t>(rank_) * c.count) opts.setInput(send, c.count);
-            opts.setOutput(recv, c.count * static_cast<size_t>(context_->size));
-            gloo::allgather(opts);
+          case Collective::kAllgather:
+            gloo_algorithms::allgather(context_, send, recv, c.count);
             break;
-          }
-          case Collective::kBroadcast: {
-            gloo::BroadcastOptions opts(context_);
-            opts.setRoot(c.root);
-            if (rank_ == c.root && send != recv) opts.setInput(send, c.count);
-            opts.setOutput(recv, c.count);
-            gloo::broadcast(opts);
+          case Collective::kBroadcast:
+            if (rank_ == c.root && send != recv) std::copy(send, send + c.count, recv);
+            gloo_algorithms::broadcast(context_, recv, c.count, c.root);
             break;
-          }
         }
       });
     });

@@ -1,8 +1,8 @@
 // The Gloo backend: hvd's collectives on Facebook's Gloo over TCP.
 //
 // Bootstrap goes through the host's rendezvous store (HostStore adapts it to Gloo's Store).
-// Only Gloo's new-style algorithms are used: a legacy AllreduceRing on a context shrinks its
-// socket buffers and slows every later collective on it by an order of magnitude.
+// The collectives are Gloo's buffer-based algorithms (gloo_algorithms.hpp says why), with hvd's
+// reduction kernels.
 // Configuration: HVD_GLOO_IFACE (a network interface) or HVD_GLOO_HOSTNAME (an address to bind);
 // by default the address this host uses to reach the rendezvous server.
 #include <cstring>
@@ -11,16 +11,12 @@
 #include <string>
 #include <vector>
 
-#include <gloo/allgather.h>
-#include <gloo/allgatherv.h>
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "gloo_algorithms.hpp"
 #include "hvd/reduce.h"
 #include "hvd/sdk/backend.hpp"
 
@@ -78,21 +74,99 @@ Status run_gloo(const char* what, Fn&& fn) {
   }
 }
 
-// Gloo sizes buffers by sizeof(T): pick the unsigned type of the element's width.
+// Gloo sizes buffers by sizeof(T): each dtype travels as the unsigned type of its width.
+template <size_t Bytes>
+struct Unsigned;
+template <>
+struct Unsigned<1> {
+  using type = uint8_t;
+};
+template <>
+struct Unsigned<2> {
+  using type = uint16_t;
+};
+template <>
+struct Unsigned<4> {
+  using type = uint32_t;
+};
+template <>
+struct Unsigned<8> {
+  using type = uint64_t;
+};
+template <size_t Bytes>
+using Element = typename Unsigned<Bytes>::type;
+
 template <typename Fn>
 void with_element_type(size_t element_size, Fn&& fn) {
   switch (element_size) {
     case 1:
-      fn(uint8_t{});
+      fn(Element<1>{});
       break;
     case 2:
-      fn(uint16_t{});
+      fn(Element<2>{});
       break;
     case 4:
-      fn(uint32_t{});
+      fn(Element<4>{});
       break;
     default:
-      fn(uint64_t{});
+      fn(Element<8>{});
+      break;
+  }
+}
+
+// Gloo's legacy algorithms take a plain function per element type, so each dtype/op pair gets
+// one instance of hvd's kernel.
+template <hvd_dtype D, hvd_reduce_op Op, typename T>
+void reduce_into(T* x, const T* y, size_t n) {
+  hvd_reduce(x, x, y, n, D, Op);
+}
+
+template <hvd_dtype D, typename T>
+const gloo::ReductionFunction<T>* reduction_of(hvd_reduce_op op) {
+  using Function = gloo::ReductionFunction<T>;
+  static const Function sum(gloo::SUM, &reduce_into<D, HVD_SUM, T>);
+  static const Function product(gloo::PRODUCT, &reduce_into<D, HVD_PRODUCT, T>);
+  static const Function min(gloo::MIN, &reduce_into<D, HVD_MIN, T>);
+  static const Function max(gloo::MAX, &reduce_into<D, HVD_MAX, T>);
+  switch (op) {
+    case HVD_PRODUCT:
+      return &product;
+    case HVD_MIN:
+      return &min;
+    case HVD_MAX:
+      return &max;
+    default:  // HVD_AVERAGE sums; the caller divides
+      return &sum;
+  }
+}
+
+// Calls fn(element, reduction): a value of the dtype's element type and its reduction for op.
+template <typename Fn>
+void with_reduction(hvd_dtype dtype, hvd_reduce_op op, Fn&& fn) {
+  switch (dtype) {
+    case HVD_UINT8:
+      fn(Element<1>{}, reduction_of<HVD_UINT8, Element<1>>(op));
+      break;
+    case HVD_INT8:
+      fn(Element<1>{}, reduction_of<HVD_INT8, Element<1>>(op));
+      break;
+    case HVD_INT32:
+      fn(Element<4>{}, reduction_of<HVD_INT32, Element<4>>(op));
+      break;
+    case HVD_INT64:
+      fn(Element<8>{}, reduction_of<HVD_INT64, Element<8>>(op));
+      break;
+    case HVD_FLOAT16:
+      fn(Element<2>{}, reduction_of<HVD_FLOAT16, Element<2>>(op));
+      break;
+    case HVD_BFLOAT16:
+      fn(Element<2>{}, reduction_of<HVD_BFLOAT16, Element<2>>(op));
+      break;
+    case HVD_FLOAT32:
+      fn(Element<4>{}, reduction_of<HVD_FLOAT32, Element<4>>(op));
+      break;
+    default:
+      fn(Element<8>{}, reduction_of<HVD_FLOAT64, Element<8>>(op));
       break;
   }
 }
@@ -130,10 +204,7 @@ class GlooBackend {
     // Leave together: a rank that closes its sockets while a peer still drains the last
     // collective would turn that peer's success into a connection error.
     if (context_) {
-      (void)run_gloo("barrier at finalize", [&] {
-        gloo::BarrierOptions opts(context_);
-        gloo::barrier(opts);
-      });
+      (void)run_gloo("barrier at finalize", [&] { hvd::gloo_algorithms::barrier(context_); });
     }
   }
 
@@ -143,15 +214,10 @@ class GlooBackend {
     if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
     if (context_) {
       Status s = run_gloo("allreduce", [&] {
-        gloo::AllreduceOptions opts(context_);
-        with_element_type(element, [&](auto t) {
-          opts.setOutput(static_cast<decltype(t)*>(a.recvbuf), a.count);
+        with_reduction(a.dtype, a.op, [&](auto t, const auto* reduction) {
+          using T = decltype(t);
+          hvd::gloo_algorithms::allreduce(context_, static_cast<T*>(a.recvbuf), a.count, reduction);
         });
-        opts.setReduceFunction(
-            [dtype = a.dtype, op = a.op](void* out, const void* x, const void* y, size_t n) {
-              hvd_reduce(out, x, y, n, dtype, op);
-            });
-        gloo::allreduce(opts);
       });
       if (!s.ok()) return s;
     }
@@ -169,14 +235,11 @@ class GlooBackend {
       return Status::success();
     }
     return run_gloo("allgather", [&] {
-      gloo::AllgatherOptions opts(context_);
       with_element_type(element, [&](auto t) {
         using T = decltype(t);
-        opts.setOutput(static_cast<T*>(a.recvbuf), a.count * static_cast<size_t>(size_));
-        if (a.sendbuf != mine)
-          opts.setInput(const_cast<T*>(static_cast<const T*>(a.sendbuf)), a.count);
+        hvd::gloo_algorithms::allgather(context_, static_cast<const T*>(a.sendbuf),
+                                        static_cast<T*>(a.recvbuf), a.count);
       });
-      gloo::allgather(opts);
     });
   }
 
@@ -188,20 +251,16 @@ class GlooBackend {
     }
     if (!context_) return Status::success();
     return run_gloo("broadcast", [&] {
-      gloo::BroadcastOptions opts(context_);
-      opts.setRoot(a.root);
-      with_element_type(
-          element, [&](auto t) { opts.setOutput(static_cast<decltype(t)*>(a.recvbuf), a.count); });
-      gloo::broadcast(opts);
+      with_element_type(element, [&](auto t) {
+        hvd::gloo_algorithms::broadcast(context_, static_cast<decltype(t)*>(a.recvbuf), a.count,
+                                        a.root);
+      });
     });
   }
 
   Status barrier() {
     if (!context_) return Status::success();
-    return run_gloo("barrier", [&] {
-      gloo::BarrierOptions opts(context_);
-      gloo::barrier(opts);
-    });
+    return run_gloo("barrier", [&] { hvd::gloo_algorithms::barrier(context_); });
   }
 
  private:
@@ -221,19 +280,12 @@ class GlooBackend {
     size_t offset = 0;
     for (int r = 0; r < rank_; ++r) offset += counts[static_cast<size_t>(r)];
     char* mine = static_cast<char*>(a.recvbuf) + offset * element;
-    if (!context_) {
-      if (a.count > 0 && a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
-      return Status::success();
-    }
+    if (a.count > 0 && a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
+    if (!context_) return Status::success();
     return run_gloo("allgatherv", [&] {
-      gloo::AllgathervOptions opts(context_);
       with_element_type(element, [&](auto t) {
-        using T = decltype(t);
-        opts.setOutput(static_cast<T*>(a.recvbuf), counts);
-        if (a.sendbuf != mine)
-          opts.setInput(const_cast<T*>(static_cast<const T*>(a.sendbuf)), a.count);
+        hvd::gloo_algorithms::allgatherv(context_, static_cast<decltype(t)*>(a.recvbuf), counts);
       });
-      gloo::allgatherv(opts);
     });
   }
 
