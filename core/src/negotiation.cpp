@@ -1,6 +1,7 @@
 #include "negotiation.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -52,6 +53,14 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";
+}
+
+// "alone", or which group: groups are named by a hash of their members' names.
+std::string group_text(const TensorSpec& spec) {
+  if (spec.group == 0) return "alone";
+  char id[24];
+  std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(spec.group));
+  return "in a group of " + std::to_string(spec.group_size) + " tensors (" + id + ")";
 }
 
 std::string device_text(hvd_memory_type memory, int32_t device) {
@@ -196,10 +205,8 @@ std::string Negotiator::mismatch(const std::string& name, const TensorSpec& a,
            ".";
   }
   if (a.group != b.group || a.group_size != b.group_size) {
-    return "Mismatched " + op + " groups" + tensor + "One rank submitted it in group " +
-           std::to_string(a.group) + " of " + std::to_string(a.group_size) +
-           " tensors, but another rank in group " + std::to_string(b.group) + " of " +
-           std::to_string(b.group_size) + ".";
+    return "Mismatched " + op + " groups" + tensor + "One rank submitted it " + group_text(a) +
+           ", but another rank " + group_text(b) + ".";
   }
   return "";
 }
@@ -242,6 +249,7 @@ void Negotiator::cache_insert(const std::string& name, const TensorSpec& spec) {
   } else {
     slot = static_cast<uint32_t>(slots_.size());
     slots_.emplace_back();
+    order_pos_.emplace_back();
   }
   slots_[slot] = CacheEntry{name, spec};
   slot_of_[name] = slot;
@@ -253,19 +261,18 @@ void Negotiator::cache_erase(const std::string& name) {
   if (it == slot_of_.end()) return;
   const uint32_t slot = it->second;
   cache_order_.erase(order_pos_[slot]);
-  order_pos_.erase(slot);
   slots_[slot].reset();
   free_slots_.push_back(slot);
   slot_of_.erase(it);
 }
 
-std::vector<Response> Negotiator::cycle(const std::vector<uint8_t>& bits_ready,
-                                        const std::vector<std::vector<Request>>& requests,
-                                        Clock::time_point now) {
-  std::vector<Response> ready;
+Negotiator::Ready Negotiator::cycle(const std::vector<uint8_t>& bits_ready,
+                                    const std::vector<std::vector<Request>>& requests,
+                                    Clock::time_point now) {
+  Ready ready;
   for (uint32_t bit = 0; bit < bits_ready.size() && bit < slots_.size(); ++bit) {
     if (!bits_ready[bit] || !slots_[bit]) continue;
-    ready.push_back(Response{slots_[bit]->name, slots_[bit]->spec, ""});
+    ready.cached.push_back(bit);
     cache_order_.splice(cache_order_.end(), cache_order_, order_pos_[bit]);  // recently used
   }
   for (size_t rank = 0; rank < requests.size(); ++rank) {
@@ -277,7 +284,7 @@ std::vector<Response> Negotiator::cycle(const std::vector<uint8_t>& bits_ready,
       std::optional<Response> done = add(static_cast<int>(rank), request, now);
       if (!done) continue;
       if (done->error.empty()) cache_insert(done->name, done->spec);
-      ready.push_back(std::move(*done));
+      ready.negotiated.push_back(std::move(*done));
     }
   }
   return ready;

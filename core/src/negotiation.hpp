@@ -35,7 +35,7 @@ struct TensorSpec {
   int32_t device = -1;
   double prescale = 1;  // allreduce
   double postscale = 1;
-  uint64_t group = 0;  // 0: none; else the rank's group sequence number (the same on every rank)
+  uint64_t group = 0;  // 0: none; else a hash of the group's member names (alike on every rank)
   uint32_t group_size = 0;
 
   uint64_t elements() const;
@@ -71,14 +71,17 @@ class Negotiator {
   // rank).
   size_t bit_count() const { return slots_.size(); }
 
+  // What a cycle found ready: tensors every rank voted for by cache bit, in bit order, then
+  // tensors whose requests completed in the message table, in the order they completed.
+  struct Ready {
+    std::vector<uint32_t> cached;
+    std::vector<Response> negotiated;
+  };
   // One cycle, the same calls in the same order on every rank:
   //  1. bits_ready: the AND over ranks of the cache bits (one byte per cache entry);
   //  2. requests: every rank's uncached requests, in rank order (empty when nobody sent any).
-  // Returns what is ready: cached tensors in bit order, then completed ones from the message
-  // table in the order they completed.
-  std::vector<Response> cycle(const std::vector<uint8_t>& bits_ready,
-                              const std::vector<std::vector<Request>>& requests,
-                              Clock::time_point now);
+  Ready cycle(const std::vector<uint8_t>& bits_ready,
+              const std::vector<std::vector<Request>>& requests, Clock::time_point now);
 
   // Tensors some ranks submitted and others not, for longer than `after`: name, waiting time and
   // the missing ranks.
@@ -112,8 +115,8 @@ class Negotiator {
   // Cache: a fixed slot per entry (its bit) and least-recently-used order for eviction.
   std::vector<std::optional<CacheEntry>> slots_;
   std::unordered_map<std::string, uint32_t> slot_of_;
-  std::list<uint32_t> cache_order_;  // front: least recently used
-  std::unordered_map<uint32_t, std::list<uint32_t>::iterator> order_pos_;
+  std::list<uint32_t> cache_order_;                       // front: least recently used
+  std::vector<std::list<uint32_t>::iterator> order_pos_;  // by slot: where it is in that order
   std::vector<uint32_t> free_slots_;
 };
 

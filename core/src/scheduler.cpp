@@ -115,14 +115,22 @@ Status Completion::wait(std::chrono::duration<double> timeout) const {
   return status_;
 }
 
+bool Completion::settle(const Status& status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (done_) return false;
+  status_ = status;
+  done_ = true;
+  return true;
+}
+
 void Completion::complete(Status status) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (done_) return;
-    status_ = std::move(status);
-    done_ = true;
-  }
-  cv_.notify_all();
+  if (settle(status)) cv_.notify_all();
+}
+
+void Completion::complete_all(const std::vector<std::shared_ptr<Completion>>& all,
+                              const Status& status) {
+  for (const auto& c : all) c->settle(status);
+  for (const auto& c : all) c->cv_.notify_all();
 }
 
 // ---- Scheduler ----------------------------------------------------------------------------
@@ -203,6 +211,25 @@ Status Scheduler::check(const Submission& s) const {
   return Status::success();
 }
 
+namespace {
+
+// A group is named by its members, in any order: every rank derives the same id for the same
+// set, a different set gets a different id (so the mismatch shows), and the next step's group of
+// the same tensors gets the same id again, which lets it hit the response cache.
+uint64_t group_id_of(const std::vector<Submission>& group) {
+  uint64_t id = group.size();
+  for (const Submission& s : group) {
+    uint64_t h = std::hash<std::string_view>{}(s.name);
+    h ^= h >> 33;  // spread the bits before they are XORed together (murmur3's finalizer)
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    id ^= h;
+  }
+  return id == 0 ? 1 : id;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<Completion>> Scheduler::submit(Submission submission) {
   HVD_ASSIGN_OR_RETURN(auto completions, submit_group({std::move(submission)}));
   return completions.front();
@@ -224,15 +251,20 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
                        "and not yet complete)");
     }
   }
-  const uint64_t group_id = group.size() > 1 ? next_group_++ : 0;
+  const uint64_t group_id = group.size() > 1 ? group_id_of(group) : 0;
   std::vector<std::shared_ptr<Completion>> out;
+  out.reserve(group.size());
   const auto now = Clock::now();
   for (Submission& s : group) {
     s.spec.group = group_id;
     s.spec.group_size = group_id ? static_cast<uint32_t>(group.size()) : 0;
-    in_flight_.insert(s.name);
     out.push_back(std::make_shared<Completion>());
-    queue_.push_back(Entry{std::move(s), out.back(), now, {}, false});
+    Entry& e = queue_.emplace_back();
+    e.what = std::move(s);
+    e.completion = out.back();
+    e.submitted = now;
+    e.self = std::prev(queue_.end());  // stays valid when spliced onto pending_
+    in_flight_.insert(e.what.name);
   }
   return out;
 }
@@ -256,11 +288,7 @@ Status Scheduler::run_cycle(bool* stop) {
   bool shutdown = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (Entry& e : queue_) {
-      pending_.push_back(std::move(e));
-      by_name_.emplace(pending_.back().what.name, std::prev(pending_.end()));
-    }
-    queue_.clear();
+    pending_.splice(pending_.end(), queue_);
     shutdown = shutdown_requested_;
   }
   const auto now = Clock::now();
@@ -270,6 +298,7 @@ Status Scheduler::run_cycle(bool* stop) {
   // the ranks that have not submitted it.
   const size_t nbits = negotiator_.bit_count();
   std::vector<uint8_t> vote(nbits + 3, 0);
+  std::vector<Entry*> voted(nbits, nullptr);  // by bit
   std::vector<Request> mine;
   for (Entry& e : pending_) {
     if (e.sent || e.negotiated != Clock::time_point{}) continue;
@@ -278,9 +307,11 @@ Status Scheduler::run_cycle(bool* stop) {
     const auto bit = waited ? std::nullopt : negotiator_.cached_bit(e.what.name, e.what.spec);
     if (bit) {
       vote[*bit] = 1;
+      voted[*bit] = &e;
     } else {
       mine.push_back(Request{e.what.name, e.what.spec});  // copied only when it is sent
       e.sent = true;
+      sent_.emplace(e.what.name, &e);
     }
   }
   // Flags, inverted so that one MIN answers "does any rank ...": send requests, stop, give up.
@@ -314,14 +345,26 @@ Status Scheduler::run_cycle(bool* stop) {
     HVD_ASSIGN_OR_RETURN(gathered, gather(mine));
   }
   vote.resize(nbits);
-  std::vector<Response> ready = negotiator_.cycle(vote, gathered, now);
+  Negotiator::Ready ready = negotiator_.cycle(vote, gathered, now);
+  // The same verdicts on every rank; a cached tensor's spec is the cache's, equal everywhere.
+  std::vector<Verdict> verdicts;
+  verdicts.reserve(ready.cached.size() + ready.negotiated.size());
+  for (uint32_t bit : ready.cached) {
+    Entry* e = voted[bit];
+    verdicts.push_back(Verdict{e, e->what.spec.group, e->what.spec.group_size, {}});
+  }
+  for (Response& r : ready.negotiated) {
+    const auto it = sent_.find(r.name);
+    verdicts.push_back(Verdict{it->second, r.spec.group, r.spec.group_size, std::move(r.error)});
+    sent_.erase(it);
+  }
   ++cycles_;
   if (!gathered.empty()) ++full_negotiations_;
   negotiation_ns_ += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - now).count());
   stall_check(now);
   if (timeline_ && options_.timeline_mark_cycles) timeline_->mark("CYCLE", now);
-  execute(std::move(ready));
+  execute(std::move(verdicts));
   return Status::success();
 }
 
@@ -377,22 +420,25 @@ void Scheduler::stall_check(Clock::time_point now) {
   log(HVD_LOG_WARNING, text);
 }
 
-void Scheduler::execute(std::vector<Response> ready) {
+void Scheduler::execute(std::vector<Verdict> ready) {
   // Grouped tensors wait until their whole group is ready (the same on every rank).
-  std::vector<Response> runnable;
-  for (Response& r : ready) {
-    Entry& e = *by_name_.at(r.name);
-    e.negotiated = Clock::now();
-    if (timeline_) timeline_->span(r.name, "NEGOTIATE", e.submitted, e.negotiated);
-    if (r.spec.group == 0) {
-      runnable.push_back(std::move(r));
+  std::vector<Verdict> runnable;
+  runnable.reserve(ready.size());
+  const auto now = Clock::now();
+  for (Verdict& v : ready) {
+    Entry& e = *v.entry;
+    e.negotiated = now;
+    if (timeline_) timeline_->span(e.what.name, "NEGOTIATE", e.submitted, e.negotiated);
+    if (v.group == 0) {
+      runnable.push_back(std::move(v));
       continue;
     }
-    std::vector<Response>& members = held_[r.spec.group];
-    members.push_back(std::move(r));
-    if (members.size() == members.front().spec.group_size) {
-      for (Response& m : members) runnable.push_back(std::move(m));
-      held_.erase(runnable.back().spec.group);
+    std::vector<Verdict>& members = held_[v.group];
+    members.push_back(std::move(v));
+    if (members.size() == members.front().group_size) {
+      const uint64_t group = members.front().group;
+      for (Verdict& m : members) runnable.push_back(std::move(m));
+      held_.erase(group);
     }
   }
 
@@ -401,10 +447,10 @@ void Scheduler::execute(std::vector<Response> ready) {
   std::vector<std::pair<Key, std::vector<Entry*>>> batches;
   std::map<Key, size_t> open;
   std::map<Key, uint64_t> open_bytes;
-  for (Response& r : runnable) {
-    Entry& e = *by_name_.at(r.name);
-    if (!r.error.empty()) {
-      finish(r.name, error(HVD_ERR_MISMATCH, r.error));
+  for (Verdict& v : runnable) {
+    Entry& e = *v.entry;
+    if (!v.error.empty()) {
+      finish(&e, error(HVD_ERR_MISMATCH, v.error));
       continue;
     }
     const TensorSpec& s = e.what.spec;
@@ -434,6 +480,24 @@ void Scheduler::execute(std::vector<Response> ready) {
   }
 }
 
+template <typename Pointer>
+Pointer Scheduler::end_to_end(const std::vector<Entry*>& batch, Pointer Submission::*buffer) {
+  const char* start = nullptr;
+  const char* next = nullptr;
+  for (const Entry* e : batch) {
+    const uint64_t bytes = e->bytes();
+    if (bytes == 0) continue;  // zero-size tensors may point anywhere
+    const char* at = static_cast<const char*>(e->what.*buffer);
+    if (next == nullptr) {
+      start = at;
+    } else if (at != next) {
+      return nullptr;
+    }
+    next = at + bytes;
+  }
+  return static_cast<Pointer>(const_cast<char*>(start));
+}
+
 void Scheduler::run_fused(std::vector<Entry*>& batch) {
   if (batch.empty()) return;
   if (batch.size() == 1) {
@@ -445,23 +509,41 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
   const size_t element = hvd_dtype_size(s.dtype);
   uint64_t total = 0;
   for (Entry* e : batch) total += e->bytes();
-  if (fusion_buffer_.size() < total) fusion_buffer_.resize(total);  // grows, never shrinks
+
+  // Tensors already end to end (a framework's flat gradient buffer, say) are reduced where they
+  // lie, and each side that is not needs the fusion buffer. Every rank decides for itself: the
+  // elements are in the same order either way. Inputs and outputs that overlap only in part
+  // would be read after being written, so they take the buffer.
+  const void* send = s.prescale == 1 ? end_to_end(batch, &Submission::send) : nullptr;
+  void* recv = s.postscale == 1 ? end_to_end(batch, &Submission::recv) : nullptr;
+  if (send != nullptr && recv != nullptr && send != recv) {
+    const auto* a = static_cast<const char*>(send);
+    const auto* b = static_cast<const char*>(recv);
+    if (a < b + total && b < a + total) send = nullptr;
+  }
+  if ((send == nullptr || recv == nullptr) && fusion_buffer_.size() < total) {
+    fusion_buffer_.resize(total);  // grows, never shrinks
+  }
 
   const auto copy_in = Clock::now();
-  uint64_t offset = 0;
-  for (Entry* e : batch) {
-    scale(fusion_buffer_.data() + offset, e->what.send, e->what.spec.elements(), s.dtype,
-          s.prescale);
-    offset += e->bytes();
+  const bool copied_in = send == nullptr;
+  if (copied_in) {
+    uint64_t offset = 0;
+    for (Entry* e : batch) {
+      scale(fusion_buffer_.data() + offset, e->what.send, e->what.spec.elements(), s.dtype,
+            s.prescale);
+      offset += e->bytes();
+    }
+    send = fusion_buffer_.data();
   }
+  const bool copy_back = recv == nullptr;
+  if (copy_back) recv = fusion_buffer_.data();
   const auto reduce = Clock::now();
-  hvd_collective_args a =
-      args_for(batch.front()->what, fusion_buffer_.data(), fusion_buffer_.data(), total / element);
-  const Status status = data_.allreduce(a);
+  const Status status = data_.allreduce(args_for(batch.front()->what, send, recv, total / element));
   ++backend_calls_;
   const auto copy_out = Clock::now();
-  offset = 0;
-  if (status.ok()) {
+  if (status.ok() && copy_back) {
+    uint64_t offset = 0;
     for (Entry* e : batch) {
       scale(e->what.recv, fusion_buffer_.data() + offset, e->what.spec.elements(), s.dtype,
             s.postscale);
@@ -469,19 +551,16 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
     }
   }
   const auto end = Clock::now();
-  std::vector<std::string> names;
-  names.reserve(batch.size());
-  for (Entry* e : batch) {
-    if (timeline_) {
+  if (timeline_) {
+    for (Entry* e : batch) {
       timeline_->span(e->what.name, "QUEUE", e->negotiated, copy_in);
-      timeline_->span(e->what.name, "MEMCPY_IN_FUSION_BUFFER", copy_in, reduce);
+      if (copied_in) timeline_->span(e->what.name, "MEMCPY_IN_FUSION_BUFFER", copy_in, reduce);
       timeline_->span(e->what.name, "ALLREDUCE", reduce, copy_out);
-      timeline_->span(e->what.name, "MEMCPY_OUT_FUSION_BUFFER", copy_out, end);
+      if (copy_back) timeline_->span(e->what.name, "MEMCPY_OUT_FUSION_BUFFER", copy_out, end);
     }
-    names.push_back(e->what.name);
   }
+  finish(batch, status);
   batch.clear();
-  finish(names, status);
 }
 
 void Scheduler::run_alone(Entry& e) {
@@ -512,31 +591,27 @@ void Scheduler::run_alone(Entry& e) {
     timeline_->span(w.name, "QUEUE", e.negotiated, start);
     timeline_->span(w.name, op_type_name(w.spec.type), start, Clock::now());
   }
-  finish(w.name, status);
+  finish(&e, status);
 }
 
-void Scheduler::finish(std::string name, Status status) {  // by value: the entry dies here
-  finish(std::vector<std::string>{std::move(name)}, status);
-}
+void Scheduler::finish(Entry* e, const Status& status) { finish(std::vector<Entry*>{e}, status); }
 
-void Scheduler::finish(const std::vector<std::string>& names, const Status& status) {
+void Scheduler::finish(const std::vector<Entry*>& entries, const Status& status) {
   std::vector<std::shared_ptr<Completion>> completions;
-  completions.reserve(names.size());
-  for (const std::string& name : names) {
-    const auto it = by_name_.find(name);
-    if (it == by_name_.end()) continue;
-    completions.push_back(it->second->completion);
-    pending_.erase(it->second);
-    by_name_.erase(it);
-  }
+  completions.reserve(entries.size());
   {
     // The names are free before anyone learns of the completions: a caller that waits and then
     // submits the same name again must not find it in flight. One lock for the whole batch.
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const std::string& name : names) in_flight_.erase(name);
+    for (const Entry* e : entries) in_flight_.erase(e->what.name);
   }
+  for (Entry* e : entries) {
+    completions.push_back(std::move(e->completion));
+    if (e->sent) sent_.erase(e->what.name);
+  }
+  for (Entry* e : entries) pending_.erase(e->self);
   tensors_ += completions.size();
-  for (const auto& completion : completions) completion->complete(status);
+  Completion::complete_all(completions, status);
 }
 
 Scheduler::Stats Scheduler::stats() const {
@@ -550,7 +625,7 @@ Scheduler::Stats Scheduler::stats() const {
 }
 
 void Scheduler::fail_all(const Status& status) {
-  std::deque<Entry> never_taken;
+  std::list<Entry> never_taken;
   {
     // Stopped before any completion is seen: a caller that sees one and submits again must be
     // refused, not queued for a scheduler that no longer runs.
@@ -559,9 +634,9 @@ void Scheduler::fail_all(const Status& status) {
     never_taken.swap(queue_);
     for (const Entry& e : never_taken) in_flight_.erase(e.what.name);
   }
-  std::vector<std::string> names;
-  for (const Entry& e : pending_) names.push_back(e.what.name);
-  finish(names, status);
+  std::vector<Entry*> entries;
+  for (Entry& e : pending_) entries.push_back(&e);
+  finish(entries, status);
   held_.clear();
   for (Entry& e : never_taken) e.completion->complete(status);
 }

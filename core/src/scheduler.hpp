@@ -11,12 +11,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -51,8 +51,14 @@ class Completion {
   // Waits up to `timeout` (forever if negative); HVD_ERR_TIMEOUT if it has not completed.
   Status wait(std::chrono::duration<double> timeout) const;
   void complete(Status status);
+  // Completes every one, then wakes their waiters: a caller that waits on them in order wakes
+  // once, not once per completion while the rest are still being completed.
+  static void complete_all(const std::vector<std::shared_ptr<Completion>>& all,
+                           const Status& status);
 
  private:
+  bool settle(const Status& status);  // true if this call completed it
+
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool done_ = false;
@@ -101,7 +107,15 @@ class Scheduler {
     Timeline::Clock::time_point submitted;
     Timeline::Clock::time_point negotiated;
     bool sent = false;  // its request went to the message table (not waiting on a cache bit)
+    std::list<Entry>::iterator self;  // its node in queue_, then in pending_
     uint64_t bytes() const;
+  };
+  // A tensor found ready everywhere, with the group and error every rank agrees on.
+  struct Verdict {
+    Entry* entry;
+    uint64_t group;
+    uint32_t group_size;
+    std::string error;  // a mismatch: the entry fails with it
   };
   Scheduler(Collectives& data, Collectives& control, SchedulerOptions options);
   Status check(const Submission& s) const;
@@ -109,12 +123,15 @@ class Scheduler {
   Status run_cycle(bool* stop);
   Result<std::vector<std::vector<Request>>> gather(const std::vector<Request>& mine);
   void stall_check(Timeline::Clock::time_point now);
-  void execute(std::vector<Response> responses);
+  void execute(std::vector<Verdict> ready);
   void run_fused(std::vector<Entry*>& batch);
   void run_alone(Entry& e);
-  void finish(std::string name, Status status);
-  void finish(const std::vector<std::string>& names, const Status& status);
+  void finish(Entry* e, const Status& status);
+  void finish(const std::vector<Entry*>& entries, const Status& status);
   void fail_all(const Status& status);
+  // Where a batch's buffers lie end to end in memory, the first byte; nullptr otherwise.
+  template <typename Pointer>
+  static Pointer end_to_end(const std::vector<Entry*>& batch, Pointer Submission::*buffer);
 
   Collectives& data_;
   Collectives& control_;
@@ -123,18 +140,19 @@ class Scheduler {
   std::unique_ptr<Timeline> timeline_;
   std::vector<char> fusion_buffer_;
 
-  // Shared with submitting threads.
+  // Shared with submitting threads. Entries live in list nodes from submission to completion
+  // (the queue's nodes are spliced onto pending_), so views of their names stay valid.
   std::mutex mutex_;
-  std::deque<Entry> queue_;
-  std::unordered_set<std::string> in_flight_;  // names submitted and not completed
+  std::list<Entry> queue_;
+  std::unordered_set<std::string_view> in_flight_;  // names submitted and not completed
   bool shutdown_requested_ = false;
   std::optional<Status> stopped_;  // why the scheduler no longer runs
-  uint64_t next_group_ = 1;
 
-  // Background thread only: what was taken from the queue, in submission order, and by name.
+  // Background thread only: what was taken from the queue, in submission order; the entries
+  // whose requests went out in full, by name; grouped tensors waiting for their whole group.
   std::list<Entry> pending_;
-  std::unordered_map<std::string, std::list<Entry>::iterator> by_name_;
-  std::map<uint64_t, std::vector<Response>> held_;  // grouped tensors waiting for their group
+  std::unordered_map<std::string_view, Entry*> sent_;
+  std::map<uint64_t, std::vector<Verdict>> held_;
   Timeline::Clock::time_point last_stall_warning_{};
   bool stall_shutdown_due_ = false;
   std::atomic<uint64_t> cycles_{0}, full_negotiations_{0}, negotiation_ns_{0}, tensors_{0},

@@ -439,4 +439,64 @@ TEST(Scheduler, AGroupCompletesTogether) {
   });
 }
 
+// Four int64 tensors grouped, members listed in a rank's own order; waits for all.
+void run_group(Job& job, uint32_t order_seed) {
+  job.each([&](int rank) {
+    std::vector<int> order = {0, 1, 2, 3};
+    std::shuffle(order.begin(), order.end(),
+                 std::mt19937(order_seed + static_cast<uint32_t>(rank)));
+    std::vector<std::vector<int64_t>> in(4, std::vector<int64_t>(3, rank + 1)),
+        out(4, std::vector<int64_t>(3));
+    std::vector<Submission> group;
+    for (int k : order) {
+      group.push_back(
+          allreduce("member" + std::to_string(k), in[k].data(), out[k].data(), HVD_INT64, {3}));
+    }
+    auto done = job.at(rank).submit_group(std::move(group));
+    ASSERT_TRUE(done.ok()) << done.status().to_string();
+    for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
+    const int64_t want = job.size() * (job.size() + 1) / 2;
+    for (auto& o : out) EXPECT_EQ(o, std::vector<int64_t>(3, want));
+  });
+}
+
+TEST(Scheduler, TheSameGroupAgainHitsTheCache) {
+  Job job(3, fast_options());
+  run_group(job, 1);
+  const int gathers_after_first_round = job.control_allgathers();
+  EXPECT_GT(gathers_after_first_round, 0);
+  run_group(job, 2);  // the same members, listed in other orders
+  run_group(job, 3);
+  EXPECT_EQ(job.control_allgathers(), gathers_after_first_round);
+}
+
+TEST(Scheduler, GroupedOnOneRankAndAloneOnAnotherIsAMismatchOnEveryRank) {
+  Job job(2, fast_options());
+  std::vector<std::string> messages(2);
+  job.each([&](int rank) {
+    std::vector<int64_t> a_in(2, 1), a_out(2), b_in(2, 1), b_out(2);
+    std::vector<Submission> members;
+    members.push_back(allreduce("a", a_in.data(), a_out.data(), HVD_INT64, {2}));
+    members.push_back(allreduce("b", b_in.data(), b_out.data(), HVD_INT64, {2}));
+    std::vector<std::shared_ptr<Completion>> done;
+    if (rank == 0) {
+      auto group = job.at(rank).submit_group(std::move(members));
+      ASSERT_TRUE(group.ok());
+      done = *group;
+    } else {
+      for (Submission& m : members) done.push_back(*job.at(rank).submit(std::move(m)));
+    }
+    const Status a = done[0]->wait(kWait);
+    EXPECT_EQ(a.code(), HVD_ERR_MISMATCH) << a.to_string();
+    EXPECT_EQ(done[1]->wait(kWait).code(), HVD_ERR_MISMATCH);
+    messages[static_cast<size_t>(rank)] = a.message();
+  });
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_NE(messages[0].find("Mismatched ALLREDUCE groups for tensor 'a': One rank submitted it "
+                             "in a group of 2 tensors ("),
+            std::string::npos)
+      << messages[0];
+  EXPECT_NE(messages[0].find("), but another rank alone."), std::string::npos) << messages[0];
+}
+
 }  // namespace
