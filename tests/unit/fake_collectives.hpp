@@ -99,7 +99,8 @@ class FakeWorld {
   Status status_;
 };
 
-// One rank of a FakeWorld. Counts the calls it gets, by kind.
+// One rank of a FakeWorld. Counts the calls it gets, by kind, and keeps the last allreduce's
+// buffers.
 class FakeRank final : public core::Collectives {
  public:
   FakeRank(FakeWorld& world, int rank) : world_(world), rank_(rank) {}
@@ -107,6 +108,8 @@ class FakeRank final : public core::Collectives {
   int size() const override { return world_.size(); }
   Status allreduce(const hvd_collective_args& a) override {
     ++allreduces;
+    last_allreduce_send = a.sendbuf;
+    last_allreduce_recv = a.recvbuf;
     return world_.run(rank_, FakeWorld::kAllreduce, a);
   }
   Status allgather(const hvd_collective_args& a) override {
@@ -119,6 +122,8 @@ class FakeRank final : public core::Collectives {
   }
 
   std::atomic<int> allreduces{0}, allgathers{0}, broadcasts{0};
+  std::atomic<const void*> last_allreduce_send{nullptr};
+  std::atomic<void*> last_allreduce_recv{nullptr};
 
  private:
   FakeWorld& world_;

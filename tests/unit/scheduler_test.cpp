@@ -211,6 +211,49 @@ TEST(Scheduler, ATensorLargerThanTheThresholdRunsAlone) {
 
 TEST(Scheduler, ThresholdZeroDisablesFusion) { EXPECT_EQ(fused_calls(0, 16), 4); }
 
+// Four grouped int32 tensors of 64 elements laid end to end in one allocation; each rank's recv
+// starts `recv_offset` elements into `buffer` (which then is the send as well: 0 is in place) or
+// in a buffer of its own (recv_offset < 0). Checks exact results; returns whether the backend
+// was handed the application's own memory, on both sides.
+bool reduced_where_they_lie(int recv_offset) {
+  constexpr int64_t kElements = 64;
+  Job job(2, fast_options());
+  std::vector<bool> direct(2);
+  job.each([&](int rank) {
+    std::vector<int32_t> buffer(4 * kElements + 2 * kElements), own(4 * kElements, -1);
+    for (size_t i = 0; i < 4 * kElements; ++i) buffer[i] = static_cast<int32_t>(i) + rank;
+    int32_t* recv = recv_offset < 0 ? own.data() : buffer.data() + recv_offset;
+    std::vector<Submission> group;
+    for (int64_t k = 0; k < 4; ++k) {
+      group.push_back(allreduce("t" + std::to_string(k), buffer.data() + k * kElements,
+                                recv + k * kElements, HVD_INT32, {kElements}));
+    }
+    auto done = job.at(rank).submit_group(std::move(group));
+    ASSERT_TRUE(done.ok()) << done.status().to_string();
+    for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
+    for (int64_t i = 0; i < 4 * kElements; ++i) {
+      ASSERT_EQ(recv[i], static_cast<int32_t>(2 * i + 1)) << "element " << i;  // i + (i + 1)
+    }
+    const FakeRank& fake = *job.data_ranks[static_cast<size_t>(rank)];
+    direct[static_cast<size_t>(rank)] =
+        fake.last_allreduce_send == buffer.data() && fake.last_allreduce_recv == recv;
+  });
+  EXPECT_EQ(job.data_allreduces(), 1);
+  EXPECT_EQ(direct[0], direct[1]);
+  return direct[0];
+}
+
+TEST(Scheduler, TensorsEndToEndInMemoryAreReducedWhereTheyLie) {
+  EXPECT_TRUE(reduced_where_they_lie(-1));  // out of place, both sides end to end
+  EXPECT_TRUE(reduced_where_they_lie(0));   // in place
+}
+
+TEST(Scheduler, OutputsOverlappingInputsInPartGoThroughTheFusionBuffer) {
+  // Each output starts half a tensor into its input: written straight away, the second half of
+  // one output would overwrite the next tensor's input before it is read.
+  EXPECT_FALSE(reduced_where_they_lie(32));
+}
+
 TEST(Scheduler, ScaleFactorsApplyOnTheWayInAndOut) {
   SchedulerOptions o = fast_options();
   Job job(3, o);
