@@ -9,26 +9,32 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// K tensors in one allocation each way; rank r's element i is (i + r) % 5, exact in float.
+// K tensors in one allocation each way, `gap` elements apart (0: end to end, as in a
+// framework's flat gradient buffer; otherwise the scheduler copies them into its fusion buffer).
+// Rank r's element at index j is (j + r) % 5, exact in float.
 struct Tensors {
-  Tensors(const Options& o, int rank) : count(o.tensors), elements(o.tensor_bytes / sizeof(float)) {
-    send.resize(static_cast<size_t>(count) * elements);
+  Tensors(const Options& o, int rank, size_t gap = 0)
+      : count(o.tensors), elements(o.tensor_bytes / sizeof(float)), stride(elements + gap) {
+    send.resize(static_cast<size_t>(count) * stride);
     recv.assign(send.size(), -1.0f);
-    for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>((i + rank) % 5);
+    for (size_t j = 0; j < send.size(); ++j) send[j] = static_cast<float>((j + rank) % 5);
     for (int k = 0; k < count; ++k) names.push_back("grad." + std::to_string(k));
   }
   // Wrong elements of the last step on this rank.
   uint64_t wrong(int size) const {
     uint64_t n = 0;
-    for (size_t i = 0; i < recv.size(); ++i) {
-      float want = 0;
-      for (int r = 0; r < size; ++r) want += static_cast<float>((i + r) % 5);
-      if (recv[i] != want) ++n;
+    for (size_t k = 0; k < static_cast<size_t>(count); ++k) {
+      for (size_t j = k * stride; j < k * stride + elements; ++j) {
+        float want = 0;
+        for (int r = 0; r < size; ++r) want += static_cast<float>((j + r) % 5);
+        if (recv[j] != want) ++n;
+      }
     }
     return n;
   }
   int count;
   size_t elements;
+  size_t stride;
   std::vector<float> send, recv;
   std::vector<std::string> names;
 };
@@ -39,7 +45,7 @@ Status step(Comm& comm, Tensors& t) {
   requests.reserve(static_cast<size_t>(t.count));
   const std::vector<int64_t> shape = {static_cast<int64_t>(t.elements)};
   for (int k = 0; k < t.count; ++k) {
-    const size_t at = static_cast<size_t>(k) * t.elements;
+    const size_t at = static_cast<size_t>(k) * t.stride;
     HVD_ASSIGN_OR_RETURN(Request r,
                          comm.allreduce_async(t.names[static_cast<size_t>(k)], t.send.data() + at,
                                               t.recv.data() + at, HVD_FLOAT32, shape, HVD_SUM));
@@ -55,7 +61,7 @@ Status grouped_step(Comm& comm, Tensors& t) {
   const int64_t shape[] = {static_cast<int64_t>(t.elements)};
   for (int k = 0; k < t.count; ++k) {
     hvd_tensor& x = group[static_cast<size_t>(k)];
-    const size_t at = static_cast<size_t>(k) * t.elements;
+    const size_t at = static_cast<size_t>(k) * t.stride;
     x.collective = HVD_COLLECTIVE_ALLREDUCE;
     x.name = t.names[static_cast<size_t>(k)].c_str();
     x.sendbuf = t.send.data() + at;
@@ -119,6 +125,11 @@ Status measure_fused(Comm& comm, const Options& o, FusionResult* result) {
   HVD_ASSIGN_OR_RETURN(result->grouped_seconds, time_it(comm, o.warmup_iters, o.iters,
                                                         [&] { return grouped_step(comm, t); }));
   HVD_ASSIGN_OR_RETURN(wrong, wrong_over_ranks(comm, t));
+  result->wrong += wrong;
+  Tensors apart(o, comm.rank(), 16);
+  HVD_ASSIGN_OR_RETURN(result->apart_seconds,
+                       time_it(comm, o.warmup_iters, o.iters, [&] { return step(comm, apart); }));
+  HVD_ASSIGN_OR_RETURN(wrong, wrong_over_ranks(comm, apart));
   result->wrong += wrong;
   return Status::success();
 }

@@ -14,6 +14,7 @@ struct FusionResult {
   std::string threshold;       // HVD_FUSION_THRESHOLD of the fused run ("default" if unset)
   double single_seconds = 0;   // one blocking allreduce of tensors x tensor_bytes
   double fused_seconds = 0;    // one step, fused, tensors submitted one by one
+  double apart_seconds = 0;    // the same with the tensors not end to end (through the buffer)
   double grouped_seconds = 0;  // one step, fused, the whole step as one grouped submission
   double unfused_seconds = 0;  // one step, threshold 0
   double negotiation_seconds_per_cycle = 0;  // fused run, timed steps
