@@ -202,8 +202,9 @@ class GlooBackend {
 
   ~GlooBackend() {
     // Leave together: a rank that closes its sockets while a peer still drains the last
-    // collective would turn that peer's success into a connection error.
-    if (context_) {
+    // collective would turn that peer's success into a connection error. After a failure the
+    // connections are closed already.
+    if (context_ && !failed_) {
       (void)run_gloo("barrier at finalize", [&] { hvd::gloo_algorithms::barrier(context_); });
     }
   }
@@ -213,7 +214,7 @@ class GlooBackend {
     const size_t element = hvd_dtype_size(a.dtype);
     if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
     if (context_) {
-      Status s = run_gloo("allreduce", [&] {
+      Status s = guarded("allreduce", [&] {
         with_reduction(a.dtype, a.op, [&](auto t, const auto* reduction) {
           using T = decltype(t);
           hvd::gloo_algorithms::allreduce(context_, static_cast<T*>(a.recvbuf), a.count, reduction);
@@ -234,7 +235,7 @@ class GlooBackend {
       if (a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
       return Status::success();
     }
-    return run_gloo("allgather", [&] {
+    return guarded("allgather", [&] {
       with_element_type(element, [&](auto t) {
         using T = decltype(t);
         hvd::gloo_algorithms::allgather(context_, static_cast<const T*>(a.sendbuf),
@@ -250,7 +251,7 @@ class GlooBackend {
       std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
     }
     if (!context_) return Status::success();
-    return run_gloo("broadcast", [&] {
+    return guarded("broadcast", [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::broadcast(context_, static_cast<decltype(t)*>(a.recvbuf), a.count,
                                         a.root);
@@ -260,11 +261,25 @@ class GlooBackend {
 
   Status barrier() {
     if (!context_) return Status::success();
-    return run_gloo("barrier", [&] { hvd::gloo_algorithms::barrier(context_); });
+    return guarded("barrier", [&] { hvd::gloo_algorithms::barrier(context_); });
   }
 
  private:
   explicit GlooBackend(const hvd::sdk::InitContext& ctx) : rank_(ctx.rank), size_(ctx.size) {}
+
+  // run_gloo; a failure also closes every connection. A collective that failed half way leaves
+  // peers waiting for messages this rank will never send (a peer of a dead rank gives up, and
+  // the dead rank's other peers would wait on it for the whole timeout); closed sockets tell
+  // them at once, naming this rank's address.
+  template <typename Fn>
+  Status guarded(const char* what, Fn&& fn) {
+    Status s = run_gloo(what, std::forward<Fn>(fn));
+    if (!s.ok() && !failed_) {
+      failed_ = true;
+      (void)run_gloo("closing connections", [&] { context_->closeConnections(); });
+    }
+    return s;
+  }
 
   // Every rank has finished connectFullMesh once this returns. Without it a rank could leave
   // init (and exit) while a peer still reads its handshake, failing that peer's init.
@@ -282,7 +297,7 @@ class GlooBackend {
     char* mine = static_cast<char*>(a.recvbuf) + offset * element;
     if (a.count > 0 && a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
     if (!context_) return Status::success();
-    return run_gloo("allgatherv", [&] {
+    return guarded("allgatherv", [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::allgatherv(context_, static_cast<decltype(t)*>(a.recvbuf), counts);
       });
@@ -292,6 +307,7 @@ class GlooBackend {
   int rank_;
   int size_;
   std::shared_ptr<gloo::rendezvous::Context> context_;  // null when size == 1
+  bool failed_ = false;  // a collective failed: the connections are closed
 };
 
 }  // namespace
