@@ -218,7 +218,7 @@ TEST(Scheduler, ThresholdZeroDisablesFusion) { EXPECT_EQ(fused_calls(0, 16), 4);
 bool reduced_where_they_lie(int recv_offset) {
   constexpr int64_t kElements = 64;
   Job job(2, fast_options());
-  std::vector<bool> direct(2);
+  std::vector<char> direct(2);  // not vector<bool>: each rank writes its own element
   job.each([&](int rank) {
     std::vector<int32_t> buffer(4 * kElements + 2 * kElements), own(4 * kElements, -1);
     for (size_t i = 0; i < 4 * kElements; ++i) buffer[i] = static_cast<int32_t>(i) + rank;
