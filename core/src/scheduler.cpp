@@ -355,6 +355,7 @@ Status Scheduler::run_cycle(bool* stop) {
   }
   for (Response& r : ready.negotiated) {
     const auto it = sent_.find(r.name);
+    if (it == sent_.end()) continue;  // answered already: one verdict per entry, however many
     verdicts.push_back(Verdict{it->second, r.spec.group, r.spec.group_size, std::move(r.error)});
     sent_.erase(it);
   }
@@ -607,7 +608,7 @@ void Scheduler::finish(const std::vector<Entry*>& entries, const Status& status)
   }
   for (Entry* e : entries) {
     completions.push_back(std::move(e->completion));
-    if (e->sent) sent_.erase(e->what.name);
+    if (e->sent) sent_.erase(e->what.name);  // still there if it fails unanswered (fail_all)
   }
   for (Entry* e : entries) pending_.erase(e->self);
   tensors_ += completions.size();
