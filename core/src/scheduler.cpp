@@ -163,6 +163,7 @@ Scheduler::~Scheduler() {
 void Scheduler::shutdown() {
   std::lock_guard<std::mutex> lock(mutex_);
   shutdown_requested_ = true;
+  work_arrived_.notify_one();
 }
 
 Status Scheduler::check(const Submission& s) const {
@@ -251,6 +252,7 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
                        "and not yet complete)");
     }
   }
+  const bool wake = idle_ && queue_.empty();
   const uint64_t group_id = group.size() > 1 ? group_id_of(group) : 0;
   std::vector<std::shared_ptr<Completion>> out;
   out.reserve(group.size());
@@ -266,6 +268,7 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
     e.self = std::prev(queue_.end());  // stays valid when spliced onto pending_
     in_flight_.insert(e.what.name);
   }
+  if (wake) work_arrived_.notify_one();
   return out;
 }
 
@@ -280,8 +283,25 @@ void Scheduler::loop() {
       return;
     }
     if (stop) return;
-    std::this_thread::sleep_until(start + options_.cycle_time);
+    wait_for_next_cycle(start);
   }
+}
+
+void Scheduler::wait_for_next_cycle(Clock::time_point last_start) {
+  if (!pending_.empty()) {  // tensors in flight: the next vote is a cycle time after the last
+    std::this_thread::sleep_until(last_start + options_.cycle_time);
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_ = true;
+  work_arrived_.wait_until(
+      lock, Clock::now() + std::max<Clock::duration>(kIdleVoteInterval, options_.cycle_time),
+      [&] { return !queue_.empty() || shutdown_requested_; });
+  idle_ = false;
+  if (queue_.empty() || shutdown_requested_) return;
+  const auto first = queue_.front().submitted;
+  lock.unlock();
+  std::this_thread::sleep_until(std::max(first, last_start) + options_.cycle_time);
 }
 
 Status Scheduler::run_cycle(bool* stop) {

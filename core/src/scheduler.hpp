@@ -120,6 +120,12 @@ class Scheduler {
   Scheduler(Collectives& data, Collectives& control, SchedulerOptions options);
   Status check(const Submission& s) const;
   void loop();
+  // The cycle clock. While this rank has tensors in flight, cycles follow each other a cycle time
+  // apart. An idle rank waits for the first submission and votes a cycle time after it, so that
+  // the vote catches the application's whole burst instead of racing it for the CPU; it still
+  // votes every kIdleVoteInterval, so that peers' shutdowns and failures reach it.
+  void wait_for_next_cycle(Timeline::Clock::time_point last_start);
+  static constexpr std::chrono::milliseconds kIdleVoteInterval{100};
   Status run_cycle(bool* stop);
   Result<std::vector<std::vector<Request>>> gather(const std::vector<Request>& mine);
   void stall_check(Timeline::Clock::time_point now);
@@ -146,6 +152,8 @@ class Scheduler {
   std::list<Entry> queue_;
   std::unordered_set<std::string_view> in_flight_;  // names submitted and not completed
   bool shutdown_requested_ = false;
+  bool idle_ = false;  // the background thread waits for a first submission
+  std::condition_variable work_arrived_;
   std::optional<Status> stopped_;  // why the scheduler no longer runs
 
   // Background thread only: what was taken from the queue, in submission order; the entries

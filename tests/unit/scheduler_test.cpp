@@ -168,6 +168,44 @@ TEST(Scheduler, NoCacheAtAllStillWorks) {
   run_workload(job, tensors, 2);
 }
 
+// ---- the cycle clock ------------------------------------------------------------------------
+
+TEST(Scheduler, AnIdleSchedulerVotesRarely) {
+  Job job(2, fast_options());  // a cycle every 200 us while anything is in flight
+  std::this_thread::sleep_for(300ms);
+  // The first cycle, then one vote per idle interval (100 ms); not one per 200 us cycle.
+  EXPECT_LE(job.control_ranks[0]->allreduces, 5);
+}
+
+// After an idle spell the vote comes a cycle time after the first submission, so it catches a
+// burst shorter than that whole: one fused call, and nothing completes before the cycle time.
+TEST(Scheduler, TheFirstVoteAfterAnIdleSpellCatchesTheWholeBurst) {
+  SchedulerOptions o = fast_options();
+  o.cycle_time = std::chrono::milliseconds(150);
+  Job job(2, o);
+  std::this_thread::sleep_for(20ms);  // past the first cycle: both ranks idle
+  job.each([&](int rank) {
+    std::vector<std::vector<int32_t>> in(4, std::vector<int32_t>(8, rank + 1));
+    std::vector<std::vector<int32_t>> out(4, std::vector<int32_t>(8, 0));
+    std::vector<std::shared_ptr<Completion>> done;
+    const auto first = std::chrono::steady_clock::now();
+    for (int k = 0; k < 4; ++k) {
+      if (k > 0) std::this_thread::sleep_for(15ms);
+      auto c = job.at(rank).submit(
+          allreduce("burst." + std::to_string(k), in[k].data(), out[k].data(), HVD_INT32, {8}));
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      done.push_back(*c);
+    }
+    for (int k = 0; k < 4; ++k) {
+      ASSERT_TRUE(done[static_cast<size_t>(k)]->wait(kWait).ok());
+      EXPECT_EQ(out[k], std::vector<int32_t>(8, 3));
+    }
+    const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - first;
+    EXPECT_GE(took.count(), 150.0) << "completed before the cycle time after the first submission";
+  });
+  EXPECT_EQ(job.data_allreduces(), 1);
+}
+
 // ---- fusion ---------------------------------------------------------------------------------
 
 // Four float32 tensors of `elements` each, grouped (so they are ready in the same cycle) and
