@@ -1,6 +1,8 @@
 #include "fusion.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,12 +15,12 @@ using Clock = std::chrono::steady_clock;
 // framework's flat gradient buffer; otherwise the scheduler copies them into its fusion buffer).
 // Rank r's element at index j is (j + r) % 5, exact in float.
 struct Tensors {
-  Tensors(const Options& o, int rank, size_t gap = 0)
+  Tensors(const Options& o, int rank, size_t gap = 0, const std::string& prefix = "grad.")
       : count(o.tensors), elements(o.tensor_bytes / sizeof(float)), stride(elements + gap) {
     send.resize(static_cast<size_t>(count) * stride);
     recv.assign(send.size(), -1.0f);
     for (size_t j = 0; j < send.size(); ++j) send[j] = static_cast<float>((j + rank) % 5);
-    for (int k = 0; k < count; ++k) names.push_back("grad." + std::to_string(k));
+    for (int k = 0; k < count; ++k) names.push_back(prefix + std::to_string(k));
   }
   // Wrong elements of the last step on this rank.
   uint64_t wrong(int size) const {
@@ -76,16 +78,43 @@ Status grouped_step(Comm& comm, Tensors& t) {
   return Status::success();
 }
 
-// Seconds per call of `fn` over `iters` calls after `warmup`, averaged over the ranks.
-template <typename Fn>
-Result<double> time_it(Comm& comm, int warmup, int iters, Fn&& fn) {
-  for (int i = 0; i < warmup; ++i) HVD_RETURN_IF_ERROR(fn());
-  HVD_RETURN_IF_ERROR(comm.barrier());
-  const auto t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) HVD_RETURN_IF_ERROR(fn());
-  double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
-  HVD_RETURN_IF_ERROR(comm.allreduce(&seconds, &seconds, 1, HVD_SUM));
-  return seconds / comm.size();
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+using Steps = std::vector<std::function<Status()>>;
+
+Status warm_up(const Options& o, const Steps& steps) {
+  for (int i = 0; i < o.warmup_iters; ++i) {
+    for (const auto& step : steps) HVD_RETURN_IF_ERROR(step());
+  }
+  return Status::success();
+}
+
+// The steps take turns for `iters` rounds, each step timed on its own, so that they all share
+// the moments of a noisy machine. Per step kind: the median over the rounds of the seconds
+// averaged over the ranks.
+Result<std::vector<double>> interleaved(Comm& direct, const Options& o, const Steps& steps) {
+  HVD_RETURN_IF_ERROR(direct.barrier());
+  const size_t iters = static_cast<size_t>(o.iters);
+  std::vector<double> seconds(steps.size() * iters);  // by step kind, then round
+  for (size_t i = 0; i < iters; ++i) {
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const auto t0 = Clock::now();
+      HVD_RETURN_IF_ERROR(steps[k]());
+      seconds[k * iters + i] = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+  }
+  HVD_RETURN_IF_ERROR(
+      direct.allreduce(seconds.data(), seconds.data(), seconds.size(), HVD_FLOAT64, HVD_SUM));
+  std::vector<double> medians;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    std::vector<double> v(seconds.begin() + k * iters, seconds.begin() + (k + 1) * iters);
+    medians.push_back(median(std::move(v)) / direct.size());
+  }
+  return medians;
 }
 
 Result<uint64_t> wrong_over_ranks(Comm& comm, const Tensors& t) {
@@ -96,54 +125,68 @@ Result<uint64_t> wrong_over_ranks(Comm& comm, const Tensors& t) {
 
 }  // namespace
 
-Status measure_fused(Comm& comm, const Options& o, FusionResult* result) {
-  Tensors t(o, comm.rank());
-  result->tensors = t.count;
-  result->tensor_bytes = t.elements * sizeof(float);
-  // The yardstick first, while the communicator has no scheduler: one blocking allreduce of
-  // every tensor's bytes.
-  HVD_ASSIGN_OR_RETURN(result->single_seconds, time_it(comm, o.warmup_iters, o.iters, [&] {
-                         return comm.allreduce(t.send.data(), t.recv.data(), t.send.size(),
-                                               HVD_FLOAT32, HVD_SUM);
-                       }));
-  for (int i = 0; i < o.warmup_iters; ++i) HVD_RETURN_IF_ERROR(step(comm, t));
-  const hvd_scheduler_stats before = comm.scheduler_stats();
-  HVD_ASSIGN_OR_RETURN(result->fused_seconds,
-                       time_it(comm, 0, o.iters, [&] { return step(comm, t); }));
-  const hvd_scheduler_stats after = comm.scheduler_stats();
-  const double cycles = static_cast<double>(after.cycles - before.cycles);
+Status measure_fused(Comm& comm, Comm& direct, const Options& o, FusionResult* result) {
+  Tensors single(o, comm.rank()), fused(o, comm.rank()), apart(o, comm.rank(), 16);
+  result->tensors = fused.count;
+  result->tensor_bytes = fused.elements * sizeof(float);
+  // The yardstick: one blocking allreduce of every tensor's bytes, on a communicator without a
+  // scheduler.
+  auto single_step = [&] {
+    return direct.allreduce(single.send.data(), single.recv.data(), single.send.size(), HVD_FLOAT32,
+                            HVD_SUM);
+  };
+  hvd_scheduler_stats counted{};  // the scheduler's counters over the fused steps alone
+  auto fused_step = [&] {
+    const hvd_scheduler_stats before = comm.scheduler_stats();
+    const Status s = step(comm, fused);
+    const hvd_scheduler_stats after = comm.scheduler_stats();
+    counted.cycles += after.cycles - before.cycles;
+    counted.negotiation_seconds += after.negotiation_seconds - before.negotiation_seconds;
+    counted.backend_calls += after.backend_calls - before.backend_calls;
+    counted.full_negotiations += after.full_negotiations - before.full_negotiations;
+    return s;
+  };
+  auto apart_step = [&] { return step(comm, apart); };  // the fused tensors' names and specs
+  const Steps steps = {single_step, fused_step, apart_step};
+  HVD_RETURN_IF_ERROR(warm_up(o, steps));
+  counted = {};
+  HVD_ASSIGN_OR_RETURN(std::vector<double> medians, interleaved(direct, o, steps));
+  result->single_seconds = medians[0];
+  result->fused_seconds = medians[1];
+  result->apart_seconds = medians[2];
+  const double cycles = static_cast<double>(counted.cycles);
   result->cycles_per_step = cycles / o.iters;
-  result->negotiation_seconds_per_cycle =
-      cycles > 0 ? (after.negotiation_seconds - before.negotiation_seconds) / cycles : 0;
-  // The timing's own allreduce and barrier went through the scheduler too: one call each.
-  result->calls_per_step_fused =
-      static_cast<double>(after.backend_calls - before.backend_calls - 2) / o.iters;
-  result->full_negotiations = after.full_negotiations - before.full_negotiations;
-  HVD_ASSIGN_OR_RETURN(uint64_t wrong, wrong_over_ranks(comm, t));
-  result->wrong += wrong;
-  t.recv.assign(t.recv.size(), -1.0f);
-  HVD_ASSIGN_OR_RETURN(result->grouped_seconds, time_it(comm, o.warmup_iters, o.iters,
-                                                        [&] { return grouped_step(comm, t); }));
-  HVD_ASSIGN_OR_RETURN(wrong, wrong_over_ranks(comm, t));
-  result->wrong += wrong;
-  Tensors apart(o, comm.rank(), 16);
-  HVD_ASSIGN_OR_RETURN(result->apart_seconds,
-                       time_it(comm, o.warmup_iters, o.iters, [&] { return step(comm, apart); }));
-  HVD_ASSIGN_OR_RETURN(wrong, wrong_over_ranks(comm, apart));
-  result->wrong += wrong;
+  result->negotiation_seconds_per_cycle = cycles > 0 ? counted.negotiation_seconds / cycles : 0;
+  result->calls_per_step_fused = static_cast<double>(counted.backend_calls) / o.iters;
+  result->full_negotiations = counted.full_negotiations;
+
+  // Grouped steps name their tensors apart from the fused ones (a group is part of a tensor's
+  // spec, and the default cache holds one step's worth), so they take turns with the yardstick
+  // in a round of their own, and their ratio is to that round's yardstick.
+  Tensors grouped(o, comm.rank(), 0, "group.");
+  const Steps grouped_steps = {single_step, [&] { return grouped_step(comm, grouped); }};
+  HVD_RETURN_IF_ERROR(warm_up(o, grouped_steps));
+  HVD_ASSIGN_OR_RETURN(medians, interleaved(direct, o, grouped_steps));
+  result->grouped_single_seconds = medians[0];
+  result->grouped_seconds = medians[1];
+  for (const Tensors* x : {&single, &fused, &apart, &grouped}) {
+    HVD_ASSIGN_OR_RETURN(uint64_t wrong, wrong_over_ranks(direct, *x));
+    result->wrong += wrong;
+  }
   return Status::success();
 }
 
-Status measure_unfused(Comm& comm, const Options& o, FusionResult* result) {
+Status measure_unfused(Comm& comm, Comm& direct, const Options& o, FusionResult* result) {
   Tensors t(o, comm.rank());
-  for (int i = 0; i < o.warmup_iters; ++i) HVD_RETURN_IF_ERROR(step(comm, t));
+  const Steps steps = {[&] { return step(comm, t); }};
+  HVD_RETURN_IF_ERROR(warm_up(o, steps));
   const hvd_scheduler_stats before = comm.scheduler_stats();
-  HVD_ASSIGN_OR_RETURN(result->unfused_seconds,
-                       time_it(comm, 0, o.iters, [&] { return step(comm, t); }));
+  HVD_ASSIGN_OR_RETURN(std::vector<double> medians, interleaved(direct, o, steps));
   const hvd_scheduler_stats after = comm.scheduler_stats();
+  result->unfused_seconds = medians[0];
   result->calls_per_step_unfused =
-      static_cast<double>(after.backend_calls - before.backend_calls - 2) / o.iters;
-  HVD_ASSIGN_OR_RETURN(uint64_t wrong, wrong_over_ranks(comm, t));
+      static_cast<double>(after.backend_calls - before.backend_calls) / o.iters;
+  HVD_ASSIGN_OR_RETURN(uint64_t wrong, wrong_over_ranks(direct, t));
   result->wrong += wrong;
   return Status::success();
 }

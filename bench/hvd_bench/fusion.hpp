@@ -11,12 +11,14 @@ namespace hvd::bench {
 struct FusionResult {
   int tensors = 0;
   uint64_t tensor_bytes = 0;
-  std::string threshold;       // HVD_FUSION_THRESHOLD of the fused run ("default" if unset)
+  std::string threshold;  // HVD_FUSION_THRESHOLD of the fused run ("default" if unset)
+  // Medians of steps timed one by one, averaged over the ranks.
   double single_seconds = 0;   // one blocking allreduce of tensors x tensor_bytes
   double fused_seconds = 0;    // one step, fused, tensors submitted one by one
   double apart_seconds = 0;    // the same with the tensors not end to end (through the buffer)
   double grouped_seconds = 0;  // one step, fused, the whole step as one grouped submission
-  double unfused_seconds = 0;  // one step, threshold 0
+  double grouped_single_seconds = 0;         // the single allreduce in turns with the grouped steps
+  double unfused_seconds = 0;                // one step, threshold 0
   double negotiation_seconds_per_cycle = 0;  // fused run, timed steps
   double cycles_per_step = 0;
   double calls_per_step_fused = 0;  // backend collectives per step
@@ -25,10 +27,11 @@ struct FusionResult {
   uint64_t wrong = 0;              // elements, summed over ranks and both runs
 };
 
-// On a fresh communicator (its scheduler not started): the single allreduce, then fused steps.
-Status measure_fused(Comm& comm, const Options& options, FusionResult* result);
-// On another fresh communicator, started with HVD_FUSION_THRESHOLD=0.
-Status measure_unfused(Comm& comm, const Options& options, FusionResult* result);
+// Steps through `comm`'s scheduler, taking turns with the single allreduce on `direct`, a
+// communicator whose scheduler never starts (its blocking calls go straight to the backend).
+Status measure_fused(Comm& comm, Comm& direct, const Options& options, FusionResult* result);
+// The same for unfused steps, `comm` started with HVD_FUSION_THRESHOLD=0.
+Status measure_unfused(Comm& comm, Comm& direct, const Options& options, FusionResult* result);
 
 }  // namespace hvd::bench
 

@@ -417,24 +417,24 @@ class Bench {
   }
 
  private:
-  // --tensors: per backend, the single allreduce and fused steps on one communicator, then the
-  // unfused steps on a second one started with HVD_FUSION_THRESHOLD=0 (the scheduler reads its
-  // knobs when it starts).
+  // --tensors: per backend, fused steps on one communicator, then unfused steps on a second one
+  // started with HVD_FUSION_THRESHOLD=0 (the scheduler reads its knobs when it starts); beside
+  // both, a third whose scheduler never starts runs the single allreduce.
   int run_fusion(const std::vector<std::string>& backends) {
     bool failed = false;
     const std::optional<std::string> threshold = core::knob(env_, "FUSION_THRESHOLD");
     for (const std::string& name : backends) {
       FusionResult result;
       result.threshold = threshold.value_or("128 MiB (default)");
-      Status s = Status::success();
-      {
+      Result<Comm> direct = Comm::init(Comm::Options{name, o_.timeout_seconds});
+      if (!direct.ok()) {
+        report_.skip(name.empty() ? "(default)" : name, direct.status().message());
+        continue;
+      }
+      Status s = header_done_ ? Status::success() : header(*direct, -1);
+      if (s.ok()) {
         Result<Comm> comm = Comm::init(Comm::Options{name, o_.timeout_seconds});
-        if (!comm.ok()) {
-          report_.skip(name.empty() ? "(default)" : name, comm.status().message());
-          continue;
-        }
-        if (!header_done_) s = header(*comm, -1);
-        if (s.ok()) s = measure_fused(*comm, o_, &result);
+        s = comm.ok() ? measure_fused(*comm, *direct, o_, &result) : comm.status();
         if (s.ok()) s = comm->finalize();
       }
       if (s.ok()) {
@@ -444,7 +444,7 @@ class Bench {
         ::unsetenv("HOROVOD_TIMELINE");
         ::setenv("HVD_FUSION_THRESHOLD", "0", 1);
         Result<Comm> comm = Comm::init(Comm::Options{name, o_.timeout_seconds});
-        s = comm.ok() ? measure_unfused(*comm, o_, &result) : comm.status();
+        s = comm.ok() ? measure_unfused(*comm, *direct, o_, &result) : comm.status();
         if (s.ok()) s = comm->finalize();
         if (threshold) {
           ::setenv("HVD_FUSION_THRESHOLD", threshold->c_str(), 1);
@@ -453,6 +453,7 @@ class Bench {
         }
         if (timeline) ::setenv("HVD_TIMELINE", timeline->c_str(), 1);
       }
+      if (s.ok()) s = direct->finalize();
       if (!s.ok()) {
         std::fprintf(stderr, "hvd-bench: backend %s: %s\n", name.c_str(), s.to_string().c_str());
         failed = true;
