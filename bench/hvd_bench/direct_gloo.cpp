@@ -1,6 +1,6 @@
 // The Gloo baseline: the algorithms the plugin runs (plugins/gloo/gloo_algorithms.hpp) with
-// Gloo's own reduction functions, on a Gloo context of its own, connected the way the plugin
-// connects: through a rendezvous store.
+// Gloo's own reduction functions, on meshes of its own, connected the way the plugin connects:
+// through a rendezvous store.
 #include <algorithm>
 #include <cstring>
 
@@ -24,11 +24,12 @@ namespace {
 // services). Gloo expects exceptions from a Store.
 class StoreForGloo final : public gloo::rendezvous::Store {
  public:
-  StoreForGloo(core::KvStore& store, std::chrono::milliseconds timeout)
-      : store_(store), timeout_(timeout) {}
+  // Every key goes under `prefix`.
+  StoreForGloo(core::KvStore& store, std::chrono::milliseconds timeout, std::string prefix)
+      : store_(store), timeout_(timeout), prefix_(std::move(prefix)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    const Status s = store_.set(key, data);
+    const Status s = store_.set(prefix_ + key, data);
     if (!s.ok()) throw gloo::IoException(s.message());
   }
   std::vector<char> get(const std::string& key) override { return get(key, timeout_); }
@@ -40,13 +41,14 @@ class StoreForGloo final : public gloo::rendezvous::Store {
 
  private:
   std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) {
-    Result<core::Bytes> value = store_.get(key, timeout);
+    Result<core::Bytes> value = store_.get(prefix_ + key, timeout);
     if (!value.ok()) throw gloo::IoException(value.status().message());
     return std::move(value).value();
   }
 
   core::KvStore& store_;
   std::chrono::milliseconds timeout_;
+  std::string prefix_;
 };
 
 template <typename Fn>
@@ -105,8 +107,7 @@ const gloo::ReductionFunction<T>* gloo_reduction(hvd_reduce_op op) {
 
 class DirectGloo final : public DirectLibrary {
  public:
-  DirectGloo(std::shared_ptr<gloo::Context> context, int rank)
-      : context_(std::move(context)), rank_(rank) {}
+  DirectGloo(gloo_algorithms::Meshes meshes, int rank) : meshes_(std::move(meshes)), rank_(rank) {}
 
   std::string call_name(Collective c) const override {
     return std::string("gloo::") + collective_name(c);
@@ -123,7 +124,7 @@ class DirectGloo final : public DirectLibrary {
 
   Status run(const CollectiveCall& c) override {
     if (c.count == 0) return Status::success();
-    if (!context_) return local(c);  // one rank: Gloo has nobody to talk to
+    if (!meshes_) return local(c);  // one rank: Gloo has nobody to talk to
     return run_gloo(call_name(c.collective), [&] {
       with_gloo_type(c.dtype, [&](auto element) {
         using T = decltype(element);
@@ -132,14 +133,14 @@ class DirectGloo final : public DirectLibrary {
         switch (c.collective) {
           case Collective::kAllreduce:
             if (send != recv) std::copy(send, send + c.count, recv);
-            gloo_algorithms::allreduce(context_, recv, c.count, gloo_reduction<T>(c.op));
+            gloo_algorithms::allreduce(meshes_, recv, c.count, gloo_reduction<T>(c.op));
             break;
           case Collective::kAllgather:
-            gloo_algorithms::allgather(context_, send, recv, c.count);
+            gloo_algorithms::allgather(meshes_, send, recv, c.count);
             break;
           case Collective::kBroadcast:
             if (rank_ == c.root && send != recv) std::copy(send, send + c.count, recv);
-            gloo_algorithms::broadcast(context_, recv, c.count, c.root);
+            gloo_algorithms::broadcast(meshes_, recv, c.count, c.root);
             break;
         }
       });
@@ -152,14 +153,14 @@ class DirectGloo final : public DirectLibrary {
     return Status::success();
   }
 
-  std::shared_ptr<gloo::Context> context_;  // null at one rank
+  gloo_algorithms::Meshes meshes_;  // empty at one rank
   int rank_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<DirectLibrary>> open_direct_gloo(Comm& comm) {
-  std::shared_ptr<gloo::rendezvous::Context> context;
+  gloo_algorithms::Meshes meshes;
   if (comm.size() > 1) {
     // A store of the baseline's own, served by rank 0 and announced over hvd.
     const core::EnvLookup env = core::process_env();
@@ -184,17 +185,17 @@ Result<std::unique_ptr<DirectLibrary>> open_direct_gloo(Comm& comm) {
       attr.hostname = env("HVD_GLOO_HOSTNAME").value_or(client->local_address());
     }
     HVD_RETURN_IF_ERROR(run_gloo("connecting Gloo for the baseline", [&] {
-      StoreForGloo store(*client, timeout);
-      auto device = gloo::transport::tcp::CreateDevice(attr);
-      context = std::make_shared<gloo::rendezvous::Context>(comm.rank(), comm.size());
-      context->setTimeout(timeout);
-      context->connectFullMesh(store, device);
+      StoreForGloo sync_store(*client, timeout, "sync/");
+      StoreForGloo async_store(*client, timeout, "async/");
+      meshes = gloo_algorithms::Meshes::connect(sync_store, async_store,
+                                                gloo::transport::tcp::CreateDevice(attr),
+                                                comm.rank(), comm.size(), timeout);
     }));
     // Every rank has connected before any uses the mesh, and the store may go (see the plugin's
     // init).
     HVD_RETURN_IF_ERROR(comm.barrier());
   }
-  return std::unique_ptr<DirectLibrary>(new DirectGloo(context, comm.rank()));
+  return std::unique_ptr<DirectLibrary>(new DirectGloo(std::move(meshes), comm.rank()));
 }
 
 }  // namespace hvd::bench

@@ -1,8 +1,8 @@
 // The Gloo backend: hvd's collectives on Facebook's Gloo over TCP.
 //
 // Bootstrap goes through the host's rendezvous store (HostStore adapts it to Gloo's Store).
-// The collectives are Gloo's buffer-based algorithms (gloo_algorithms.hpp says why), with hvd's
-// reduction kernels.
+// The collectives are Gloo's buffer-based algorithms with hvd's reduction kernels, small ones
+// over a mesh whose callers read their own sockets (gloo_algorithms.hpp says why for both).
 // Configuration: HVD_GLOO_IFACE (a network interface) or HVD_GLOO_HOSTNAME (an address to bind);
 // by default the address this host uses to reach the rendezvous server.
 #include <cstring>
@@ -27,15 +27,16 @@ using hvd::Status;
 // Gloo's view of the host's key-value store. Gloo expects exceptions from a Store.
 class HostStore final : public gloo::rendezvous::Store {
  public:
-  HostStore(hvd::sdk::Host host, std::chrono::milliseconds timeout)
-      : host_(host), timeout_(timeout) {}
+  // Every key goes under `prefix`.
+  HostStore(hvd::sdk::Host host, std::chrono::milliseconds timeout, std::string prefix)
+      : host_(host), timeout_(timeout), prefix_(std::move(prefix)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    const Status s = host_.kv_set(key, data.data(), data.size());
+    const Status s = host_.kv_set(prefix_ + key, data.data(), data.size());
     if (!s.ok()) throw gloo::IoException(s.message());
   }
   std::vector<char> get(const std::string& key) override {
-    hvd::Result<std::vector<char>> value = host_.kv_get(key, timeout_);
+    hvd::Result<std::vector<char>> value = host_.kv_get(prefix_ + key, timeout_);
     if (!value.ok()) throw gloo::IoException(value.status().message());
     return std::move(value).value();
   }
@@ -43,7 +44,7 @@ class HostStore final : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
     for (const std::string& key : keys) {
-      hvd::Result<std::vector<char>> value = host_.kv_get(key, timeout);
+      hvd::Result<std::vector<char>> value = host_.kv_get(prefix_ + key, timeout);
       if (!value.ok()) throw gloo::IoException(value.status().message());
     }
   }
@@ -51,6 +52,7 @@ class HostStore final : public gloo::rendezvous::Store {
  private:
   hvd::sdk::Host host_;
   std::chrono::milliseconds timeout_;
+  std::string prefix_;
 };
 
 // Run a Gloo call, turning its exceptions into statuses: I/O errors mean a peer or the network
@@ -183,15 +185,14 @@ class GlooBackend {
       attr.hostname = hvd::sdk::env_or("HVD_GLOO_HOSTNAME",
                                        ctx.local_address.empty() ? "127.0.0.1" : ctx.local_address);
     }
-    HostStore store(ctx.host, ctx.timeout);
+    HostStore sync_store(ctx.host, ctx.timeout, "sync/");
+    HostStore async_store(ctx.host, ctx.timeout, "async/");
     const std::string where =
         attr.iface.empty() ? "address " + attr.hostname : "interface " + attr.iface;
     Status s = run_gloo("connect", [&] {
-      auto device = gloo::transport::tcp::CreateDevice(attr);
-      auto context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
-      context->setTimeout(ctx.timeout);
-      context->connectFullMesh(store, device);
-      self->context_ = std::move(context);
+      self->meshes_ = hvd::gloo_algorithms::Meshes::connect(
+          sync_store, async_store, gloo::transport::tcp::CreateDevice(attr), ctx.rank, ctx.size,
+          ctx.timeout);
     });
     if (!s.ok()) {
       return s.with_context("connecting rank " + std::to_string(ctx.rank) + " on " + where);
@@ -204,8 +205,8 @@ class GlooBackend {
     // Leave together: a rank that closes its sockets while a peer still drains the last
     // collective would turn that peer's success into a connection error. After a failure the
     // connections are closed already.
-    if (context_ && !failed_) {
-      (void)run_gloo("barrier at finalize", [&] { hvd::gloo_algorithms::barrier(context_); });
+    if (meshes_ && !failed_) {
+      (void)run_gloo("barrier at finalize", [&] { hvd::gloo_algorithms::barrier(meshes_); });
     }
   }
 
@@ -213,11 +214,11 @@ class GlooBackend {
     if (a.count == 0) return Status::success();
     const size_t element = hvd_dtype_size(a.dtype);
     if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
-    if (context_) {
+    if (meshes_) {
       Status s = guarded("allreduce", [&] {
         with_reduction(a.dtype, a.op, [&](auto t, const auto* reduction) {
           using T = decltype(t);
-          hvd::gloo_algorithms::allreduce(context_, static_cast<T*>(a.recvbuf), a.count, reduction);
+          hvd::gloo_algorithms::allreduce(meshes_, static_cast<T*>(a.recvbuf), a.count, reduction);
         });
       });
       if (!s.ok()) return s;
@@ -231,14 +232,14 @@ class GlooBackend {
     if (a.recv_counts != nullptr) return allgatherv(a, element);
     if (a.count == 0) return Status::success();
     char* mine = static_cast<char*>(a.recvbuf) + static_cast<size_t>(rank_) * a.count * element;
-    if (!context_) {
+    if (!meshes_) {
       if (a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
       return Status::success();
     }
     return guarded("allgather", [&] {
       with_element_type(element, [&](auto t) {
         using T = decltype(t);
-        hvd::gloo_algorithms::allgather(context_, static_cast<const T*>(a.sendbuf),
+        hvd::gloo_algorithms::allgather(meshes_, static_cast<const T*>(a.sendbuf),
                                         static_cast<T*>(a.recvbuf), a.count);
       });
     });
@@ -250,18 +251,18 @@ class GlooBackend {
     if (rank_ == a.root && a.sendbuf != a.recvbuf) {
       std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
     }
-    if (!context_) return Status::success();
+    if (!meshes_) return Status::success();
     return guarded("broadcast", [&] {
       with_element_type(element, [&](auto t) {
-        hvd::gloo_algorithms::broadcast(context_, static_cast<decltype(t)*>(a.recvbuf), a.count,
+        hvd::gloo_algorithms::broadcast(meshes_, static_cast<decltype(t)*>(a.recvbuf), a.count,
                                         a.root);
       });
     });
   }
 
   Status barrier() {
-    if (!context_) return Status::success();
-    return guarded("barrier", [&] { hvd::gloo_algorithms::barrier(context_); });
+    if (!meshes_) return Status::success();
+    return guarded("barrier", [&] { hvd::gloo_algorithms::barrier(meshes_); });
   }
 
  private:
@@ -276,7 +277,7 @@ class GlooBackend {
     Status s = run_gloo(what, std::forward<Fn>(fn));
     if (!s.ok() && !failed_) {
       failed_ = true;
-      (void)run_gloo("closing connections", [&] { context_->closeConnections(); });
+      (void)run_gloo("closing connections", [&] { meshes_.close_connections(); });
     }
     return s;
   }
@@ -296,18 +297,18 @@ class GlooBackend {
     for (int r = 0; r < rank_; ++r) offset += counts[static_cast<size_t>(r)];
     char* mine = static_cast<char*>(a.recvbuf) + offset * element;
     if (a.count > 0 && a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
-    if (!context_) return Status::success();
+    if (!meshes_) return Status::success();
     return guarded("allgatherv", [&] {
       with_element_type(element, [&](auto t) {
-        hvd::gloo_algorithms::allgatherv(context_, static_cast<decltype(t)*>(a.recvbuf), counts);
+        hvd::gloo_algorithms::allgatherv(meshes_, static_cast<decltype(t)*>(a.recvbuf), counts);
       });
     });
   }
 
   int rank_;
   int size_;
-  std::shared_ptr<gloo::rendezvous::Context> context_;  // null when size == 1
-  bool failed_ = false;  // a collective failed: the connections are closed
+  hvd::gloo_algorithms::Meshes meshes_;  // empty when size == 1
+  bool failed_ = false;                  // a collective failed: the connections are closed
 };
 
 }  // namespace
