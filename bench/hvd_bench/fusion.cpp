@@ -125,69 +125,73 @@ Result<uint64_t> wrong_over_ranks(Comm& comm, const Tensors& t) {
 
 }  // namespace
 
-Status measure_fused(Comm& comm, Comm& direct, const Options& o, FusionResult* result) {
-  Tensors single(o, comm.rank()), fused(o, comm.rank()), apart(o, comm.rank(), 16);
+Status start_scheduler(Comm& comm) {
+  int32_t x = 0;
+  HVD_ASSIGN_OR_RETURN(Request r, comm.allreduce_async("hvd-bench.start", &x, &x, HVD_INT32,
+                                                       std::vector<int64_t>{1}, HVD_SUM));
+  return r.wait();
+}
+
+Status measure_fusion(const Communicators& comms, const Options& o, FusionResult* result) {
+  Comm& direct = comms.direct;
+  const int rank = direct.rank();
+  Tensors single(o, rank), fused(o, rank), apart(o, rank, 16), unfused(o, rank);
   result->tensors = fused.count;
   result->tensor_bytes = fused.elements * sizeof(float);
-  // The yardstick: one blocking allreduce of every tensor's bytes, on a communicator without a
-  // scheduler.
+  // The yardstick: one blocking allreduce of every tensor's bytes, straight to the backend.
   auto single_step = [&] {
     return direct.allreduce(single.send.data(), single.recv.data(), single.send.size(), HVD_FLOAT32,
                             HVD_SUM);
   };
-  hvd_scheduler_stats counted{};  // the scheduler's counters over the fused steps alone
-  auto fused_step = [&] {
+  // The scheduler's counters over the fused steps and over the unfused steps.
+  hvd_scheduler_stats fused_counts{}, unfused_counts{};
+  auto counted = [](Comm& comm, hvd_scheduler_stats* counts, auto&& step) {
     const hvd_scheduler_stats before = comm.scheduler_stats();
-    const Status s = step(comm, fused);
+    const Status s = step();
     const hvd_scheduler_stats after = comm.scheduler_stats();
-    counted.cycles += after.cycles - before.cycles;
-    counted.negotiation_seconds += after.negotiation_seconds - before.negotiation_seconds;
-    counted.backend_calls += after.backend_calls - before.backend_calls;
-    counted.full_negotiations += after.full_negotiations - before.full_negotiations;
+    counts->cycles += after.cycles - before.cycles;
+    counts->negotiation_seconds += after.negotiation_seconds - before.negotiation_seconds;
+    counts->backend_calls += after.backend_calls - before.backend_calls;
+    counts->full_negotiations += after.full_negotiations - before.full_negotiations;
     return s;
   };
-  auto apart_step = [&] { return step(comm, apart); };  // the fused tensors' names and specs
-  const Steps steps = {single_step, fused_step, apart_step};
+  const Steps steps = {
+      single_step,
+      [&] { return counted(comms.fused, &fused_counts, [&] { return step(comms.fused, fused); }); },
+      [&] { return step(comms.fused, apart); },  // the fused tensors' names and specs
+      [&] {
+        return counted(comms.unfused, &unfused_counts,
+                       [&] { return step(comms.unfused, unfused); });
+      },
+  };
   HVD_RETURN_IF_ERROR(warm_up(o, steps));
-  counted = {};
+  fused_counts = unfused_counts = {};
   HVD_ASSIGN_OR_RETURN(std::vector<double> medians, interleaved(direct, o, steps));
   result->single_seconds = medians[0];
   result->fused_seconds = medians[1];
   result->apart_seconds = medians[2];
-  const double cycles = static_cast<double>(counted.cycles);
+  result->unfused_seconds = medians[3];
+  const double cycles = static_cast<double>(fused_counts.cycles);
   result->cycles_per_step = cycles / o.iters;
-  result->negotiation_seconds_per_cycle = cycles > 0 ? counted.negotiation_seconds / cycles : 0;
-  result->calls_per_step_fused = static_cast<double>(counted.backend_calls) / o.iters;
-  result->full_negotiations = counted.full_negotiations;
+  result->negotiation_seconds_per_cycle =
+      cycles > 0 ? fused_counts.negotiation_seconds / cycles : 0;
+  result->calls_per_step_fused = static_cast<double>(fused_counts.backend_calls) / o.iters;
+  result->calls_per_step_unfused = static_cast<double>(unfused_counts.backend_calls) / o.iters;
+  result->full_negotiations = fused_counts.full_negotiations;
 
   // Grouped steps name their tensors apart from the fused ones (a group is part of a tensor's
   // spec, and the default cache holds one step's worth), so they take turns with the yardstick
   // in a round of their own, and their ratio is to that round's yardstick.
-  Tensors grouped(o, comm.rank(), 0, "group.");
-  const Steps grouped_steps = {single_step, [&] { return grouped_step(comm, grouped); }};
+  Tensors grouped(o, rank, 0, "group.");
+  const Steps grouped_steps = {single_step, [&] { return grouped_step(comms.fused, grouped); }};
   HVD_RETURN_IF_ERROR(warm_up(o, grouped_steps));
   HVD_ASSIGN_OR_RETURN(medians, interleaved(direct, o, grouped_steps));
   result->grouped_single_seconds = medians[0];
   result->grouped_seconds = medians[1];
-  for (const Tensors* x : {&single, &fused, &apart, &grouped}) {
+  for (const Tensors* x : {&single, &fused, &apart, &unfused, &grouped}) {
     HVD_ASSIGN_OR_RETURN(uint64_t wrong, wrong_over_ranks(direct, *x));
     result->wrong += wrong;
   }
-  return Status::success();
-}
-
-Status measure_unfused(Comm& comm, Comm& direct, const Options& o, FusionResult* result) {
-  Tensors t(o, comm.rank());
-  const Steps steps = {[&] { return step(comm, t); }};
-  HVD_RETURN_IF_ERROR(warm_up(o, steps));
-  const hvd_scheduler_stats before = comm.scheduler_stats();
-  HVD_ASSIGN_OR_RETURN(std::vector<double> medians, interleaved(direct, o, steps));
-  const hvd_scheduler_stats after = comm.scheduler_stats();
-  result->unfused_seconds = medians[0];
-  result->calls_per_step_unfused =
-      static_cast<double>(after.backend_calls - before.backend_calls) / o.iters;
-  HVD_ASSIGN_OR_RETURN(uint64_t wrong, wrong_over_ranks(direct, t));
-  result->wrong += wrong;
   return Status::success();
 }
 

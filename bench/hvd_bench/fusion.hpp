@@ -27,11 +27,19 @@ struct FusionResult {
   uint64_t wrong = 0;              // elements, summed over ranks and both runs
 };
 
-// Steps through `comm`'s scheduler, taking turns with the single allreduce on `direct`, a
-// communicator whose scheduler never starts (its blocking calls go straight to the backend).
-Status measure_fused(Comm& comm, Comm& direct, const Options& options, FusionResult* result);
-// The same for unfused steps, `comm` started with HVD_FUSION_THRESHOLD=0.
-Status measure_unfused(Comm& comm, Comm& direct, const Options& options, FusionResult* result);
+// Three communicators of one backend, alive together.
+struct Communicators {
+  Comm& fused;    // its scheduler started with the fusion threshold of the environment
+  Comm& unfused;  // its scheduler started with HVD_FUSION_THRESHOLD=0
+  Comm& direct;   // no scheduler: its blocking calls go straight to the backend
+};
+
+// Starts `comm`'s scheduler (which reads its knobs then) with one tiny asynchronous allreduce.
+Status start_scheduler(Comm& comm);
+
+// The single allreduce, fused, apart and unfused steps take turns, then the single allreduce and
+// grouped steps; every figure is a median of steps timed one by one.
+Status measure_fusion(const Communicators& comms, const Options& options, FusionResult* result);
 
 }  // namespace hvd::bench
 

@@ -417,9 +417,9 @@ class Bench {
   }
 
  private:
-  // --tensors: per backend, fused steps on one communicator, then unfused steps on a second one
-  // started with HVD_FUSION_THRESHOLD=0 (the scheduler reads its knobs when it starts); beside
-  // both, a third whose scheduler never starts runs the single allreduce.
+  // --tensors: per backend, three communicators at once: one whose scheduler fuses, one whose
+  // scheduler started with HVD_FUSION_THRESHOLD=0 (the scheduler reads its knobs when it
+  // starts), and one without a scheduler for the single allreduce.
   int run_fusion(const std::vector<std::string>& backends) {
     bool failed = false;
     const std::optional<std::string> threshold = core::knob(env_, "FUSION_THRESHOLD");
@@ -432,28 +432,14 @@ class Bench {
         continue;
       }
       Status s = header_done_ ? Status::success() : header(*direct, -1);
-      if (s.ok()) {
-        Result<Comm> comm = Comm::init(Comm::Options{name, o_.timeout_seconds});
-        s = comm.ok() ? measure_fused(*comm, *direct, o_, &result) : comm.status();
-        if (s.ok()) s = comm->finalize();
+      Result<Comm> fused = Comm::init(Comm::Options{name, o_.timeout_seconds});
+      if (s.ok()) s = fused.ok() ? start_scheduler(*fused) : fused.status();
+      Result<Comm> unfused = s.ok() ? start_unfused(name) : Result<Comm>(s);
+      if (s.ok()) s = unfused.status();
+      if (s.ok()) s = measure_fusion({*fused, *unfused, *direct}, o_, &result);
+      for (Result<Comm>* comm : {&unfused, &fused, &direct}) {
+        if (s.ok()) s = (*comm)->finalize();
       }
-      if (s.ok()) {
-        // HVD_TIMELINE keeps the fused run's trace: the unfused one would overwrite it.
-        const std::optional<std::string> timeline = core::knob(env_, "TIMELINE");
-        ::unsetenv("HVD_TIMELINE");
-        ::unsetenv("HOROVOD_TIMELINE");
-        ::setenv("HVD_FUSION_THRESHOLD", "0", 1);
-        Result<Comm> comm = Comm::init(Comm::Options{name, o_.timeout_seconds});
-        s = comm.ok() ? measure_unfused(*comm, *direct, o_, &result) : comm.status();
-        if (s.ok()) s = comm->finalize();
-        if (threshold) {
-          ::setenv("HVD_FUSION_THRESHOLD", threshold->c_str(), 1);
-        } else {
-          ::unsetenv("HVD_FUSION_THRESHOLD");
-        }
-        if (timeline) ::setenv("HVD_TIMELINE", timeline->c_str(), 1);
-      }
-      if (s.ok()) s = direct->finalize();
       if (!s.ok()) {
         std::fprintf(stderr, "hvd-bench: backend %s: %s\n", name.c_str(), s.to_string().c_str());
         failed = true;
@@ -462,6 +448,26 @@ class Bench {
       report_.fusion_row(name.empty() ? "(default)" : name, result);
     }
     return conclude(failed);
+  }
+
+  // A communicator whose scheduler runs with HVD_FUSION_THRESHOLD=0 and writes no timeline
+  // (HVD_TIMELINE keeps the fused steps' trace); the environment is restored afterwards.
+  Result<Comm> start_unfused(const std::string& backend) {
+    const std::optional<std::string> threshold = core::knob(env_, "FUSION_THRESHOLD");
+    const std::optional<std::string> timeline = core::knob(env_, "TIMELINE");
+    ::unsetenv("HVD_TIMELINE");
+    ::unsetenv("HOROVOD_TIMELINE");
+    ::setenv("HVD_FUSION_THRESHOLD", "0", 1);
+    Result<Comm> comm = Comm::init(Comm::Options{backend, o_.timeout_seconds});
+    Status s = comm.ok() ? start_scheduler(*comm) : comm.status();
+    if (threshold) {
+      ::setenv("HVD_FUSION_THRESHOLD", threshold->c_str(), 1);
+    } else {
+      ::unsetenv("HVD_FUSION_THRESHOLD");
+    }
+    if (timeline) ::setenv("HVD_TIMELINE", timeline->c_str(), 1);
+    if (!s.ok()) return s;
+    return comm;
   }
 
   // The exit status: the JSON written (with the backends skipped after the last one that ran),
