@@ -252,7 +252,7 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
                        "and not yet complete)");
     }
   }
-  const bool wake = idle_ && queue_.empty();
+  const bool first = queue_.empty();  // the background thread may wait for it
   const uint64_t group_id = group.size() > 1 ? group_id_of(group) : 0;
   std::vector<std::shared_ptr<Completion>> out;
   out.reserve(group.size());
@@ -268,7 +268,7 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
     e.self = std::prev(queue_.end());  // stays valid when spliced onto pending_
     in_flight_.insert(e.what.name);
   }
-  if (wake) work_arrived_.notify_one();
+  if (first) work_arrived_.notify_one();
   return out;
 }
 
@@ -293,11 +293,9 @@ void Scheduler::wait_for_next_cycle(Clock::time_point last_start) {
     return;
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  idle_ = true;
   work_arrived_.wait_until(
       lock, Clock::now() + std::max<Clock::duration>(kIdleVoteInterval, options_.cycle_time),
       [&] { return !queue_.empty() || shutdown_requested_; });
-  idle_ = false;
   if (queue_.empty() || shutdown_requested_) return;
   const auto first = queue_.front().submitted;
   lock.unlock();

@@ -152,9 +152,8 @@ class Scheduler {
   std::list<Entry> queue_;
   std::unordered_set<std::string_view> in_flight_;  // names submitted and not completed
   bool shutdown_requested_ = false;
-  bool idle_ = false;  // the background thread waits for a first submission
-  std::condition_variable work_arrived_;
-  std::optional<Status> stopped_;  // why the scheduler no longer runs
+  std::condition_variable work_arrived_;  // the queue's first entry, or shutdown
+  std::optional<Status> stopped_;         // why the scheduler no longer runs
 
   // Background thread only: what was taken from the queue, in submission order; the entries
   // whose requests went out in full, by name; grouped tensors waiting for their whole group.
