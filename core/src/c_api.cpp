@@ -97,7 +97,18 @@ hvd::Result<hvd::core::Scheduler*> scheduler_of(hvd_comm* comm) {
   return comm->scheduler.get();
 }
 
-Submission submission_of(const hvd_tensor& t) {
+// One tensor of the C API, checked for what the C side alone can get wrong.
+hvd::Result<Submission> submission_of(const hvd_tensor& t) {
+  if (t.struct_size < sizeof(hvd_tensor)) {
+    return hvd::error(HVD_ERR_INVALID_ARGUMENT, "hvd_tensor.struct_size is not set");
+  }
+  if (t.collective < HVD_COLLECTIVE_ALLREDUCE || t.collective > HVD_COLLECTIVE_BROADCAST) {
+    return hvd::error(HVD_ERR_INVALID_ARGUMENT,
+                      "collective " + std::to_string(t.collective) + " is not an hvd_collective");
+  }
+  if (t.ndim < 0 || (t.ndim > 0 && t.shape == nullptr)) {
+    return hvd::error(HVD_ERR_INVALID_ARGUMENT, "a shape is NULL or has negative ndim");
+  }
   Submission s;
   s.name = t.name != nullptr ? t.name : "";
   s.send = t.sendbuf;
@@ -105,7 +116,7 @@ Submission submission_of(const hvd_tensor& t) {
   hvd::core::TensorSpec& spec = s.spec;
   spec.type = static_cast<OpType>(t.collective);
   spec.dtype = t.dtype;
-  if (t.ndim > 0 && t.shape != nullptr) spec.shape.assign(t.shape, t.shape + t.ndim);
+  if (t.ndim > 0) spec.shape.assign(t.shape, t.shape + t.ndim);
   spec.op = t.op;
   spec.root = t.root;
   spec.prescale = t.prescale == 0 ? 1 : t.prescale;
@@ -123,21 +134,18 @@ hvd::Status enqueue(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
   if (requests == nullptr || (count > 0 && tensors == nullptr)) {
     return hvd::error(HVD_ERR_INVALID_ARGUMENT, "tensors or requests is NULL");
   }
+  if (count == 1) {  // every hvd_*_async call: no group to build
+    HVD_ASSIGN_OR_RETURN(Submission s, submission_of(tensors[0]));
+    HVD_ASSIGN_OR_RETURN(hvd::core::Scheduler * scheduler, scheduler_of(comm));
+    HVD_ASSIGN_OR_RETURN(auto completion, scheduler->submit(std::move(s)));
+    requests[0] = new hvd_request{std::move(completion)};
+    return hvd::Status::success();
+  }
   std::vector<Submission> group;
   group.reserve(count);
   for (size_t i = 0; i < count; ++i) {
-    const hvd_tensor& t = tensors[i];
-    if (t.struct_size < sizeof(hvd_tensor)) {
-      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "hvd_tensor.struct_size is not set");
-    }
-    if (t.collective < HVD_COLLECTIVE_ALLREDUCE || t.collective > HVD_COLLECTIVE_BROADCAST) {
-      return hvd::error(HVD_ERR_INVALID_ARGUMENT,
-                        "collective " + std::to_string(t.collective) + " is not an hvd_collective");
-    }
-    if (t.ndim < 0 || (t.ndim > 0 && t.shape == nullptr)) {
-      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "a shape is NULL or has negative ndim");
-    }
-    group.push_back(submission_of(t));
+    HVD_ASSIGN_OR_RETURN(Submission s, submission_of(tensors[i]));
+    group.push_back(std::move(s));
   }
   HVD_ASSIGN_OR_RETURN(hvd::core::Scheduler * scheduler, scheduler_of(comm));
   HVD_ASSIGN_OR_RETURN(auto completions, scheduler->submit_group(std::move(group)));

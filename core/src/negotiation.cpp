@@ -49,7 +49,7 @@ class Reader {
   const char* end_;
 };
 
-std::string shape_text(const std::vector<int64_t>& shape) {
+std::string shape_text(const Shape& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";

@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "hvd/sdk/result.hpp"
 #include "hvd/types.h"
 
@@ -24,11 +26,14 @@ namespace hvd::core {
 enum class OpType : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2 };
 const char* op_type_name(OpType type);  // "ALLREDUCE", as Horovod's messages say
 
+// A tensor's dimensions, held inline up to 6 (a submission then allocates nothing for its shape).
+using Shape = boost::container::small_vector<int64_t, 6>;
+
 // What every rank must agree on for one named tensor.
 struct TensorSpec {
   OpType type = OpType::kAllreduce;
   hvd_dtype dtype = HVD_FLOAT32;
-  std::vector<int64_t> shape;
+  Shape shape;
   hvd_reduce_op op = HVD_SUM;  // allreduce
   int32_t root = 0;            // broadcast
   hvd_memory_type memory = HVD_MEMORY_HOST;

@@ -62,6 +62,13 @@ hvd_collective_args args_for(const Submission& s, const void* send, void* recv, 
   return a;
 }
 
+// Allreduces that may share a fusion buffer: one reduction of one dtype, scaled alike, on one
+// device.
+bool fuses_with(const TensorSpec& a, const TensorSpec& b) {
+  return a.dtype == b.dtype && a.op == b.op && a.memory == b.memory && a.device == b.device &&
+         a.prescale == b.prescale && a.postscale == b.postscale;
+}
+
 Result<double> number_knob(const EnvLookup& env, const std::string& name, double fallback,
                            double min) {
   const auto text = knob(env, name);
@@ -134,10 +141,6 @@ void Completion::complete_all(const std::vector<std::shared_ptr<Completion>>& al
 }
 
 // ---- Scheduler ----------------------------------------------------------------------------
-
-uint64_t Scheduler::Entry::bytes() const {
-  return what.spec.elements() * hvd_dtype_size(what.spec.dtype);
-}
 
 Result<std::unique_ptr<Scheduler>> Scheduler::start(Collectives& data, Collectives& control,
                                                     SchedulerOptions options) {
@@ -232,27 +235,21 @@ uint64_t group_id_of(const std::vector<Submission>& group) {
 }  // namespace
 
 Result<std::shared_ptr<Completion>> Scheduler::submit(Submission submission) {
-  HVD_ASSIGN_OR_RETURN(auto completions, submit_group({std::move(submission)}));
-  return completions.front();
+  HVD_RETURN_IF_ERROR(check(submission));
+  std::lock_guard<std::mutex> lock(mutex_);
+  HVD_RETURN_IF_ERROR(admit_locked(submission.name));
+  return queue_locked(std::move(submission), Clock::now());
 }
 
 Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
     std::vector<Submission> group) {
   for (const Submission& s : group) HVD_RETURN_IF_ERROR(check(s));
   std::lock_guard<std::mutex> lock(mutex_);
-  if (stopped_) return stopped_->with_context("the scheduler has stopped");
   std::unordered_set<std::string_view> in_group;
   for (const Submission& s : group) {
-    const bool twice =
-        in_flight_.count(s.name) > 0 || (group.size() > 1 && !in_group.insert(s.name).second);
-    if (twice) {
-      return error(HVD_ERR_INVALID_ARGUMENT,
-                   "Duplicate tensor name '" + s.name +
-                       "': a tensor of that name is already in flight on this rank (submitted "
-                       "and not yet complete)");
-    }
+    HVD_RETURN_IF_ERROR(admit_locked(s.name));
+    if (group.size() > 1 && !in_group.insert(s.name).second) return duplicate(s.name);
   }
-  const bool first = queue_.empty();  // the background thread may wait for it
   const uint64_t group_id = group.size() > 1 ? group_id_of(group) : 0;
   std::vector<std::shared_ptr<Completion>> out;
   out.reserve(group.size());
@@ -260,16 +257,35 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
   for (Submission& s : group) {
     s.spec.group = group_id;
     s.spec.group_size = group_id ? static_cast<uint32_t>(group.size()) : 0;
-    out.push_back(std::make_shared<Completion>());
-    Entry& e = queue_.emplace_back();
-    e.what = std::move(s);
-    e.completion = out.back();
-    e.submitted = now;
-    e.self = std::prev(queue_.end());  // stays valid when spliced onto pending_
-    in_flight_.insert(e.what.name);
+    out.push_back(queue_locked(std::move(s), now));
   }
-  if (first) work_arrived_.notify_one();
   return out;
+}
+
+Status Scheduler::duplicate(const std::string& name) {
+  return error(HVD_ERR_INVALID_ARGUMENT,
+               "Duplicate tensor name '" + name +
+                   "': a tensor of that name is already in flight on this rank (submitted and "
+                   "not yet complete)");
+}
+
+Status Scheduler::admit_locked(const std::string& name) const {
+  if (stopped_) return stopped_->with_context("the scheduler has stopped");
+  if (in_flight_.count(name) > 0) return duplicate(name);
+  return Status::success();
+}
+
+std::shared_ptr<Completion> Scheduler::queue_locked(Submission&& s, Clock::time_point now) {
+  if (queue_.empty()) work_arrived_.notify_one();  // the background thread may wait for it
+  Entry& e = queue_.emplace_back();
+  e.what = std::move(s);
+  e.completion = std::make_shared<Completion>();
+  e.submitted = now;
+  e.elements = e.what.spec.elements();
+  e.bytes = e.elements * hvd_dtype_size(e.what.spec.dtype);
+  e.self = std::prev(queue_.end());  // stays valid when spliced onto pending_
+  in_flight_.insert(e.what.name);
+  return e.completion;
 }
 
 void Scheduler::loop() {
@@ -461,11 +477,14 @@ void Scheduler::execute(std::vector<Verdict> ready) {
     }
   }
 
-  // Allreduces of one dtype/op/device/scale go into one buffer; the rest run alone.
-  using Key = std::tuple<int, int, int, int, double, double>;
-  std::vector<std::pair<Key, std::vector<Entry*>>> batches;
-  std::map<Key, size_t> open;
-  std::map<Key, uint64_t> open_bytes;
+  // Allreduces of one dtype/op/device/scale go into one buffer, up to the threshold; the rest
+  // run alone. A step's tensors are mostly of one kind: the open batches are few.
+  struct Open {
+    const TensorSpec* kind;
+    std::vector<Entry*> batch;
+    uint64_t bytes = 0;
+  };
+  std::vector<Open> open;
   for (Verdict& v : runnable) {
     Entry& e = *v.entry;
     if (!v.error.empty()) {
@@ -474,29 +493,23 @@ void Scheduler::execute(std::vector<Verdict> ready) {
     }
     const TensorSpec& s = e.what.spec;
     const bool fusable = s.type == OpType::kAllreduce && s.memory == HVD_MEMORY_HOST &&
-                         options_.fusion_threshold > 0 && e.bytes() <= options_.fusion_threshold;
+                         options_.fusion_threshold > 0 && e.bytes <= options_.fusion_threshold;
     if (!fusable) {
       run_alone(e);
       continue;
     }
-    const Key key{s.dtype, s.op, s.memory, s.device, s.prescale, s.postscale};
-    auto it = open.find(key);
-    if (it != open.end() && open_bytes[key] + e.bytes() > options_.fusion_threshold) {
-      run_fused(batches[it->second].second);
-      open.erase(it);
-      it = open.end();
-    }
+    auto it = std::find_if(open.begin(), open.end(),
+                           [&](const Open& o) { return fuses_with(*o.kind, s); });
     if (it == open.end()) {
-      it = open.emplace(key, batches.size()).first;
-      batches.emplace_back(key, std::vector<Entry*>{});
-      open_bytes[key] = 0;
+      it = open.insert(open.end(), Open{&s, {}, 0});
+    } else if (it->bytes + e.bytes > options_.fusion_threshold) {
+      run_fused(it->batch);  // full: it runs now and starts over
+      it->bytes = 0;
     }
-    batches[it->second].second.push_back(&e);
-    open_bytes[key] += e.bytes();
+    it->batch.push_back(&e);
+    it->bytes += e.bytes;
   }
-  for (auto& [key, batch] : batches) {
-    if (!batch.empty()) run_fused(batch);
-  }
+  for (Open& o : open) run_fused(o.batch);
 }
 
 template <typename Pointer>
@@ -504,7 +517,7 @@ Pointer Scheduler::end_to_end(const std::vector<Entry*>& batch, Pointer Submissi
   const char* start = nullptr;
   const char* next = nullptr;
   for (const Entry* e : batch) {
-    const uint64_t bytes = e->bytes();
+    const uint64_t bytes = e->bytes;
     if (bytes == 0) continue;  // zero-size tensors may point anywhere
     const char* at = static_cast<const char*>(e->what.*buffer);
     if (next == nullptr) {
@@ -527,7 +540,7 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
   const TensorSpec& s = batch.front()->what.spec;
   const size_t element = hvd_dtype_size(s.dtype);
   uint64_t total = 0;
-  for (Entry* e : batch) total += e->bytes();
+  for (Entry* e : batch) total += e->bytes;
 
   // Tensors already end to end (a framework's flat gradient buffer, say) are reduced where they
   // lie, and each side that is not needs the fusion buffer. Every rank decides for itself: the
@@ -549,9 +562,8 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
   if (copied_in) {
     uint64_t offset = 0;
     for (Entry* e : batch) {
-      scale(fusion_buffer_.data() + offset, e->what.send, e->what.spec.elements(), s.dtype,
-            s.prescale);
-      offset += e->bytes();
+      scale(fusion_buffer_.data() + offset, e->what.send, e->elements, s.dtype, s.prescale);
+      offset += e->bytes;
     }
     send = fusion_buffer_.data();
   }
@@ -564,9 +576,8 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
   if (status.ok() && copy_back) {
     uint64_t offset = 0;
     for (Entry* e : batch) {
-      scale(e->what.recv, fusion_buffer_.data() + offset, e->what.spec.elements(), s.dtype,
-            s.postscale);
-      offset += e->bytes();
+      scale(e->what.recv, fusion_buffer_.data() + offset, e->elements, s.dtype, s.postscale);
+      offset += e->bytes;
     }
   }
   const auto end = Clock::now();
@@ -584,7 +595,7 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
 
 void Scheduler::run_alone(Entry& e) {
   const Submission& w = e.what;
-  const uint64_t count = w.spec.elements();
+  const uint64_t count = e.elements;
   const auto start = Clock::now();
   Status status;
   switch (w.spec.type) {

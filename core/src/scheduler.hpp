@@ -106,9 +106,10 @@ class Scheduler {
     std::shared_ptr<Completion> completion;
     Timeline::Clock::time_point submitted;
     Timeline::Clock::time_point negotiated;
+    uint64_t elements = 0;
+    uint64_t bytes = 0;
     bool sent = false;  // its request went to the message table (not waiting on a cache bit)
     std::list<Entry>::iterator self;  // its node in queue_, then in pending_
-    uint64_t bytes() const;
   };
   // A tensor found ready everywhere, with the group and error every rank agrees on.
   struct Verdict {
@@ -119,6 +120,10 @@ class Scheduler {
   };
   Scheduler(Collectives& data, Collectives& control, SchedulerOptions options);
   Status check(const Submission& s) const;
+  // Under mutex_: whether a tensor of this name may be queued now; then queue it.
+  Status admit_locked(const std::string& name) const;
+  std::shared_ptr<Completion> queue_locked(Submission&& s, Timeline::Clock::time_point now);
+  static Status duplicate(const std::string& name);
   void loop();
   // The cycle clock. While this rank has tensors in flight, cycles follow each other a cycle time
   // apart. An idle rank waits for the first submission and votes a cycle time after it, so that

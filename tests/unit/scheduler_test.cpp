@@ -85,7 +85,7 @@ Submission allreduce(const std::string& name, const void* send, void* recv, hvd_
   s.recv = recv;
   s.spec.type = OpType::kAllreduce;
   s.spec.dtype = dtype;
-  s.spec.shape = std::move(shape);
+  s.spec.shape.assign(shape.begin(), shape.end());
   s.spec.op = op;
   return s;
 }
@@ -117,7 +117,7 @@ void run_workload(Job& job, const std::vector<Tensor>& tensors, uint32_t order_s
       s.recv = outs[k].data();
       s.spec.type = static_cast<OpType>(t.collective);
       s.spec.dtype = t.dtype;
-      s.spec.shape = t.shape;
+      s.spec.shape.assign(t.shape.begin(), t.shape.end());
       s.spec.op = t.op;
       s.spec.root = t.root;
       auto c = job.at(rank).submit(std::move(s));
