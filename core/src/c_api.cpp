@@ -19,11 +19,16 @@ struct hvd_comm {
   std::atomic<uint64_t> blocking_calls{0};  // names blocking calls once they go through it
 };
 
-struct hvd_request {
-  std::shared_ptr<hvd::core::Completion> completion;
-};
-
+// A request is the completion itself, holding the caller's reference until hvd_request_free:
+// one allocation per operation, not two.
 namespace {
+
+hvd_request* request_of(std::shared_ptr<hvd::core::Completion> completion) {
+  return reinterpret_cast<hvd_request*>(hvd::core::Completion::hold(std::move(completion)));
+}
+hvd::core::Completion* completion_of(hvd_request* request) {
+  return reinterpret_cast<hvd::core::Completion*>(request);
+}
 
 // The calling thread's last error. The success path only reads a flag with the cheapest TLS
 // model, not the string (whose thread_local needs an init guard): bench/micro times every call.
@@ -97,8 +102,8 @@ hvd::Result<hvd::core::Scheduler*> scheduler_of(hvd_comm* comm) {
   return comm->scheduler.get();
 }
 
-// One tensor of the C API, checked for what the C side alone can get wrong.
-hvd::Result<Submission> submission_of(const hvd_tensor& t) {
+// One tensor of the C API into *s, checked for what the C side alone can get wrong.
+hvd::Status submission_of(const hvd_tensor& t, Submission* s) {
   if (t.struct_size < sizeof(hvd_tensor)) {
     return hvd::error(HVD_ERR_INVALID_ARGUMENT, "hvd_tensor.struct_size is not set");
   }
@@ -109,11 +114,10 @@ hvd::Result<Submission> submission_of(const hvd_tensor& t) {
   if (t.ndim < 0 || (t.ndim > 0 && t.shape == nullptr)) {
     return hvd::error(HVD_ERR_INVALID_ARGUMENT, "a shape is NULL or has negative ndim");
   }
-  Submission s;
-  s.name = t.name != nullptr ? t.name : "";
-  s.send = t.sendbuf;
-  s.recv = t.recvbuf;
-  hvd::core::TensorSpec& spec = s.spec;
+  s->name = t.name != nullptr ? t.name : "";
+  s->send = t.sendbuf;
+  s->recv = t.recvbuf;
+  hvd::core::TensorSpec& spec = s->spec;
   spec.type = static_cast<OpType>(t.collective);
   spec.dtype = t.dtype;
   if (t.ndim > 0) spec.shape.assign(t.shape, t.shape + t.ndim);
@@ -125,7 +129,7 @@ hvd::Result<Submission> submission_of(const hvd_tensor& t) {
     spec.memory = t.placement->memory_type;
     spec.device = t.placement->device;
   }
-  return s;
+  return hvd::Status::success();
 }
 
 hvd::Status enqueue(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
@@ -135,21 +139,18 @@ hvd::Status enqueue(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
     return hvd::error(HVD_ERR_INVALID_ARGUMENT, "tensors or requests is NULL");
   }
   if (count == 1) {  // every hvd_*_async call: no group to build
-    HVD_ASSIGN_OR_RETURN(Submission s, submission_of(tensors[0]));
+    Submission s;
+    HVD_RETURN_IF_ERROR(submission_of(tensors[0], &s));
     HVD_ASSIGN_OR_RETURN(hvd::core::Scheduler * scheduler, scheduler_of(comm));
     HVD_ASSIGN_OR_RETURN(auto completion, scheduler->submit(std::move(s)));
-    requests[0] = new hvd_request{std::move(completion)};
+    requests[0] = request_of(std::move(completion));
     return hvd::Status::success();
   }
-  std::vector<Submission> group;
-  group.reserve(count);
-  for (size_t i = 0; i < count; ++i) {
-    HVD_ASSIGN_OR_RETURN(Submission s, submission_of(tensors[i]));
-    group.push_back(std::move(s));
-  }
+  std::vector<Submission> group(count);
+  for (size_t i = 0; i < count; ++i) HVD_RETURN_IF_ERROR(submission_of(tensors[i], &group[i]));
   HVD_ASSIGN_OR_RETURN(hvd::core::Scheduler * scheduler, scheduler_of(comm));
   HVD_ASSIGN_OR_RETURN(auto completions, scheduler->submit_group(std::move(group)));
-  for (size_t i = 0; i < count; ++i) requests[i] = new hvd_request{std::move(completions[i])};
+  for (size_t i = 0; i < count; ++i) requests[i] = request_of(std::move(completions[i]));
   return hvd::Status::success();
 }
 
@@ -345,7 +346,7 @@ hvd_status hvd_request_poll(hvd_request* request, int* done) {
     if (request == nullptr || done == nullptr) {
       return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request or done is NULL");
     }
-    *done = request->completion->done() ? 1 : 0;
+    *done = completion_of(request)->done() ? 1 : 0;
     return hvd::Status::success();
   });
 }
@@ -353,11 +354,13 @@ hvd_status hvd_request_poll(hvd_request* request, int* done) {
 hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds) {
   return guarded([&] {
     if (request == nullptr) return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request is NULL");
-    return request->completion->wait(std::chrono::duration<double>(timeout_seconds));
+    return completion_of(request)->wait(std::chrono::duration<double>(timeout_seconds));
   });
 }
 
-void hvd_request_free(hvd_request* request) { delete request; }
+void hvd_request_free(hvd_request* request) {
+  if (request != nullptr) hvd::core::Completion::release(completion_of(request));
+}
 
 hvd_status hvd_scheduler_stats_get(hvd_comm* comm, hvd_scheduler_stats* stats) {
   return guarded([&] {

@@ -113,9 +113,18 @@ bool Completion::done() const {
 
 Status Completion::wait(std::chrono::duration<double> timeout) const {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (done_) return status_;
+  // Lock order: a completion's mutex, then the scheduler's.
+  const auto count = [&](int change) {
+    if (scheduler_ == nullptr) return;
+    waiters_ += change;
+    scheduler_->waiting(change);
+  };
+  count(+1);
   if (timeout.count() < 0) {
     cv_.wait(lock, [&] { return done_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
+    count(-1);
     return error(HVD_ERR_TIMEOUT, "the operation did not complete within " +
                                       std::to_string(timeout.count()) + " s (it goes on)");
   }
@@ -127,11 +136,25 @@ bool Completion::settle(const Status& status) {
   if (done_) return false;
   status_ = status;
   done_ = true;
+  if (waiters_ > 0) {  // they stop waiting now, and the scheduler may be gone once they look
+    scheduler_->waiting(-waiters_);
+    waiters_ = 0;
+  }
   return true;
 }
 
 void Completion::complete(Status status) {
   if (settle(status)) cv_.notify_all();
+}
+
+Completion* Completion::hold(std::shared_ptr<Completion> completion) {
+  Completion* raw = completion.get();
+  raw->held_ = std::move(completion);
+  return raw;
+}
+
+void Completion::release(Completion* completion) {
+  const std::shared_ptr<Completion> last = std::move(completion->held_);  // outlives the move
 }
 
 void Completion::complete_all(const std::vector<std::shared_ptr<Completion>>& all,
@@ -161,6 +184,12 @@ Scheduler::Scheduler(Collectives& data, Collectives& control, SchedulerOptions o
 Scheduler::~Scheduler() {
   shutdown();
   if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::waiting(int change) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  waiting_ += change;
+  if (change > 0) work_arrived_.notify_one();
 }
 
 void Scheduler::shutdown() {
@@ -234,7 +263,7 @@ uint64_t group_id_of(const std::vector<Submission>& group) {
 
 }  // namespace
 
-Result<std::shared_ptr<Completion>> Scheduler::submit(Submission submission) {
+Result<std::shared_ptr<Completion>> Scheduler::submit(Submission&& submission) {
   HVD_RETURN_IF_ERROR(check(submission));
   std::lock_guard<std::mutex> lock(mutex_);
   HVD_RETURN_IF_ERROR(admit_locked(submission.name));
@@ -276,15 +305,25 @@ Status Scheduler::admit_locked(const std::string& name) const {
 }
 
 std::shared_ptr<Completion> Scheduler::queue_locked(Submission&& s, Clock::time_point now) {
-  if (queue_.empty()) work_arrived_.notify_one();  // the background thread may wait for it
-  Entry& e = queue_.emplace_back();
+  if (queue_.empty() || waiting_ > 0) work_arrived_.notify_one();  // the cycle may wait for it
+  if (spare_.empty()) spare_.emplace_back();
+  queue_.splice(queue_.end(), spare_, spare_.begin());
+  Entry& e = queue_.back();
   e.what = std::move(s);
-  e.completion = std::make_shared<Completion>();
+  e.completion = std::make_shared<Completion>(this);
   e.submitted = now;
+  e.negotiated = {};
+  e.sent = false;
   e.elements = e.what.spec.elements();
   e.bytes = e.elements * hvd_dtype_size(e.what.spec.dtype);
   e.self = std::prev(queue_.end());  // stays valid when spliced onto pending_
-  in_flight_.insert(e.what.name);
+  if (spare_names_.empty()) {
+    in_flight_.insert(e.what.name);
+  } else {
+    spare_names_.back().value() = e.what.name;
+    in_flight_.insert(std::move(spare_names_.back()));
+    spare_names_.pop_back();
+  }
   return e.completion;
 }
 
@@ -304,18 +343,21 @@ void Scheduler::loop() {
 }
 
 void Scheduler::wait_for_next_cycle(Clock::time_point last_start) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto due = [&] {
+    return shutdown_requested_ ||
+           (waiting_ > 0 && (!queue_.empty() || (last_cycle_ran_ && !pending_.empty())));
+  };
   if (!pending_.empty()) {  // tensors in flight: the next vote is a cycle time after the last
-    std::this_thread::sleep_until(last_start + options_.cycle_time);
+    work_arrived_.wait_until(lock, last_start + options_.cycle_time, due);
     return;
   }
-  std::unique_lock<std::mutex> lock(mutex_);
   work_arrived_.wait_until(
       lock, Clock::now() + std::max<Clock::duration>(kIdleVoteInterval, options_.cycle_time),
       [&] { return !queue_.empty() || shutdown_requested_; });
-  if (queue_.empty() || shutdown_requested_) return;
-  const auto first = queue_.front().submitted;
-  lock.unlock();
-  std::this_thread::sleep_until(std::max(first, last_start) + options_.cycle_time);
+  if (queue_.empty()) return;
+  work_arrived_.wait_until(
+      lock, std::max(queue_.front().submitted, last_start) + options_.cycle_time, due);
 }
 
 Status Scheduler::run_cycle(bool* stop) {
@@ -397,6 +439,7 @@ Status Scheduler::run_cycle(bool* stop) {
   if (!gathered.empty()) ++full_negotiations_;
   negotiation_ns_ += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - now).count());
+  last_cycle_ran_ = !verdicts.empty();
   stall_check(now);
   if (timeline_ && options_.timeline_mark_cycles) timeline_->mark("CYCLE", now);
   execute(std::move(verdicts));
@@ -629,17 +672,24 @@ void Scheduler::finish(Entry* e, const Status& status) { finish(std::vector<Entr
 void Scheduler::finish(const std::vector<Entry*>& entries, const Status& status) {
   std::vector<std::shared_ptr<Completion>> completions;
   completions.reserve(entries.size());
-  {
-    // The names are free before anyone learns of the completions: a caller that waits and then
-    // submits the same name again must not find it in flight. One lock for the whole batch.
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const Entry* e : entries) in_flight_.erase(e->what.name);
-  }
   for (Entry* e : entries) {
     completions.push_back(std::move(e->completion));
     if (e->sent) sent_.erase(e->what.name);  // still there if it fails unanswered (fail_all)
   }
-  for (Entry* e : entries) pending_.erase(e->self);
+  {
+    // The names are free before anyone learns of the completions: a caller that waits and then
+    // submits the same name again must not find it in flight. One lock for the whole batch.
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Entry* e : entries) {
+      auto name = in_flight_.extract(e->what.name);
+      if (spare_names_.size() < kSpareEntries) spare_names_.push_back(std::move(name));
+      if (spare_.size() < kSpareEntries) {
+        spare_.splice(spare_.begin(), pending_, e->self);
+      } else {
+        pending_.erase(e->self);
+      }
+    }
+  }
   tensors_ += completions.size();
   Completion::complete_all(completions, status);
 }

@@ -44,11 +44,15 @@ struct SchedulerOptions {
   static Result<SchedulerOptions> from_env(const EnvLookup& env);
 };
 
+class Scheduler;
+
 // The end of one submitted operation; shared by the scheduler and the caller's handle.
 class Completion {
  public:
+  explicit Completion(Scheduler* scheduler = nullptr) : scheduler_(scheduler) {}
   bool done() const;
-  // Waits up to `timeout` (forever if negative); HVD_ERR_TIMEOUT if it has not completed.
+  // Waits up to `timeout` (forever if negative); HVD_ERR_TIMEOUT if it has not completed. The
+  // scheduler counts the caller as waiting meanwhile (see Scheduler::waiting).
   Status wait(std::chrono::duration<double> timeout) const;
   void complete(Status status);
   // Completes every one, then wakes their waiters: a caller that waits on them in order wakes
@@ -56,11 +60,22 @@ class Completion {
   static void complete_all(const std::vector<std::shared_ptr<Completion>>& all,
                            const Status& status);
 
+  // For a caller whose handle is a raw pointer (the C API's hvd_request): hold() keeps the
+  // caller's reference inside the completion, release() drops it, which may destroy it. Both on
+  // the caller's side only.
+  static Completion* hold(std::shared_ptr<Completion> completion);
+  static void release(Completion* completion);
+
  private:
   bool settle(const Status& status);  // true if this call completed it
 
+  // Alive while this is not done: a scheduler completes everything it queued before it ends.
+  // So a waiter is counted in and out by wait() while not done, and by settle() when done.
+  Scheduler* const scheduler_;
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
+  mutable int waiters_ = 0;           // threads in wait() counted in the scheduler
+  std::shared_ptr<Completion> held_;  // the caller's reference (hold)
   bool done_ = false;
   Status status_;
 };
@@ -82,9 +97,13 @@ class Scheduler {
   ~Scheduler();  // shutdown(), then joins
 
   // Checks the arguments here (a bad one fails now, on this rank) and queues the tensor.
-  Result<std::shared_ptr<Completion>> submit(Submission submission);
+  Result<std::shared_ptr<Completion>> submit(Submission&& submission);
   // Several tensors queued at once; every rank's group completes in the same cycle.
   Result<std::vector<std::shared_ptr<Completion>>> submit_group(std::vector<Submission> group);
+
+  // Application threads waiting for their tensors (+1 as one starts, -1 as one stops): a thread
+  // that waits has nothing more to submit for now, so the cycle clock stops waiting for more.
+  void waiting(int change);
 
   // Stops on every rank in the same cycle: the first rank to call it ends the scheduler of all.
   // Operations in flight fail with a message that says so.
@@ -129,6 +148,10 @@ class Scheduler {
   // apart. An idle rank waits for the first submission and votes a cycle time after it, so that
   // the vote catches the application's whole burst instead of racing it for the CPU; it still
   // votes every kIdleVoteInterval, so that peers' shutdowns and failures reach it.
+  // While an application thread waits, what is queued is voted on at once, and cycles follow
+  // each other without a pause for as long as each runs something; a cycle that runs nothing
+  // (peers have not submitted: a stall, or a slower rank) puts the clock back in charge, so that
+  // waiting never spins.
   void wait_for_next_cycle(Timeline::Clock::time_point last_start);
   static constexpr std::chrono::milliseconds kIdleVoteInterval{100};
   Status run_cycle(bool* stop);
@@ -155,9 +178,15 @@ class Scheduler {
   // (the queue's nodes are spliced onto pending_), so views of their names stay valid.
   std::mutex mutex_;
   std::list<Entry> queue_;
-  std::unordered_set<std::string_view> in_flight_;  // names submitted and not completed
+  // Finished entries, kept for the next submissions (a step's worth, at most kSpareEntries): a
+  // submission then allocates no node, and its name reuses its storage.
+  std::list<Entry> spare_;
+  static constexpr size_t kSpareEntries = 4096;
+  std::unordered_set<std::string_view> in_flight_;            // names submitted and not completed
+  std::vector<decltype(in_flight_)::node_type> spare_names_;  // its nodes, kept like spare_
   bool shutdown_requested_ = false;
-  std::condition_variable work_arrived_;  // the queue's first entry, or shutdown
+  int waiting_ = 0;                       // application threads waiting for a completion
+  std::condition_variable work_arrived_;  // the queue's first entry, a waiter, or shutdown
   std::optional<Status> stopped_;         // why the scheduler no longer runs
 
   // Background thread only: what was taken from the queue, in submission order; the entries
@@ -165,6 +194,7 @@ class Scheduler {
   std::list<Entry> pending_;
   std::unordered_map<std::string_view, Entry*> sent_;
   std::map<uint64_t, std::vector<Verdict>> held_;
+  bool last_cycle_ran_ = false;  // the last cycle found something ready
   Timeline::Clock::time_point last_stall_warning_{};
   bool stall_shutdown_due_ = false;
   std::atomic<uint64_t> cycles_{0}, full_negotiations_{0}, negotiation_ns_{0}, tensors_{0},

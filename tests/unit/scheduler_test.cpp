@@ -52,9 +52,21 @@ class Job {
       schedulers.push_back(std::move(started).value());
     }
   }
-  ~Job() { schedulers.clear(); }  // every scheduler stops before the fakes go
+  // Every rank finalizes at once (as a job's ranks do), and every scheduler stops before the
+  // fakes go.
+  ~Job() {
+    for (auto& s : schedulers) s->shutdown();
+    schedulers.clear();
+  }
 
   int size() const { return data_.size(); }
+  // Returns once every rank's first cycle (the one at start) has taken its queue: what is
+  // submitted from then on waits for a later cycle.
+  void past_first_cycles() {
+    for (const auto& s : schedulers) {
+      while (s->stats().cycles == 0) std::this_thread::sleep_for(1ms);
+    }
+  }
   Scheduler& at(int rank) { return *schedulers[static_cast<size_t>(rank)]; }
 
   // fn(rank) on one thread per rank.
@@ -183,7 +195,7 @@ TEST(Scheduler, TheFirstVoteAfterAnIdleSpellCatchesTheWholeBurst) {
   SchedulerOptions o = fast_options();
   o.cycle_time = std::chrono::milliseconds(150);
   Job job(2, o);
-  std::this_thread::sleep_for(20ms);  // past the first cycle: both ranks idle
+  job.past_first_cycles();  // both ranks idle
   job.each([&](int rank) {
     std::vector<std::vector<int32_t>> in(4, std::vector<int32_t>(8, rank + 1));
     std::vector<std::vector<int32_t>> out(4, std::vector<int32_t>(8, 0));
@@ -196,14 +208,89 @@ TEST(Scheduler, TheFirstVoteAfterAnIdleSpellCatchesTheWholeBurst) {
       ASSERT_TRUE(c.ok()) << c.status().to_string();
       done.push_back(*c);
     }
+    // Polled, not waited for: a wait would start the cycle at once.
+    std::this_thread::sleep_until(first + 120ms);
+    for (const auto& c : done) EXPECT_FALSE(c->done()) << "voted before the cycle time was up";
     for (int k = 0; k < 4; ++k) {
       ASSERT_TRUE(done[static_cast<size_t>(k)]->wait(kWait).ok());
       EXPECT_EQ(out[k], std::vector<int32_t>(8, 3));
     }
-    const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - first;
-    EXPECT_GE(took.count(), 150.0) << "completed before the cycle time after the first submission";
   });
   EXPECT_EQ(job.data_allreduces(), 1);
+}
+
+TEST(Scheduler, AWaitStartsTheNextCycleAtOnce) {
+  SchedulerOptions o = fast_options();
+  o.cycle_time = std::chrono::seconds(20);  // a vote on the clock would come far too late
+  Job job(2, o);
+  job.past_first_cycles();
+  std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(8)), out = in;
+  for (int step = 0; step < 3; ++step) {  // the full exchange first, then the cache's bits
+    // Every rank submits before any waits: a rank's early vote finds the tensor everywhere.
+    std::vector<std::shared_ptr<Completion>> done(2);
+    job.each([&](int rank) {
+      in[rank].assign(8, rank + step);
+      auto c =
+          job.at(rank).submit(allreduce("now", in[rank].data(), out[rank].data(), HVD_INT32, {8}));
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      done[rank] = *c;
+    });
+    const auto start = std::chrono::steady_clock::now();
+    job.each([&](int rank) {
+      ASSERT_TRUE(done[rank]->wait(kWait).ok());
+      EXPECT_EQ(out[rank], std::vector<int32_t>(8, 1 + 2 * step));
+    });
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "the waits did not start a cycle";
+  }
+}
+
+// A rank that voted for B while its peer had not submitted it yet, then waits for B: the cycle
+// that ran A is followed by another at once, not at the clock.
+TEST(Scheduler, WhileAWaiterIsServedCyclesFollowWithoutAPause) {
+  SchedulerOptions o = fast_options();
+  o.cycle_time = std::chrono::seconds(20);
+  Job job(2, o);
+  job.past_first_cycles();
+  std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(4)), a = in, b = in;
+  std::vector<std::shared_ptr<Completion>> done_a(2), done_b(2);
+  auto submit = [&](int rank, const char* name, std::vector<std::vector<int32_t>>& out,
+                    std::vector<std::shared_ptr<Completion>>& done) {
+    in[rank].assign(4, rank + 1);
+    auto c =
+        job.at(rank).submit(allreduce(name, in[rank].data(), out[rank].data(), HVD_INT32, {4}));
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    done[rank] = *c;
+  };
+  job.each([&](int rank) {
+    submit(rank, "A", a, done_a);
+    if (rank == 0) submit(rank, "B", b, done_b);  // rank 1 submits B later
+  });
+  job.each([&](int rank) { ASSERT_TRUE(done_a[rank]->wait(kWait).ok()); });
+  EXPECT_FALSE(done_b[0]->done());
+  submit(1, "B", b, done_b);
+  const auto start = std::chrono::steady_clock::now();
+  job.each([&](int rank) {
+    ASSERT_TRUE(done_b[rank]->wait(kWait).ok());
+    EXPECT_EQ(b[rank], std::vector<int32_t>(4, 3));
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "rank 0 waited for its clock";
+}
+
+// Ranks that wait for tensors no other rank submits vote once, then leave it to the clock.
+TEST(Scheduler, WaitingThroughAStallDoesNotSpin) {
+  SchedulerOptions o = fast_options();
+  o.cycle_time = std::chrono::seconds(20);
+  Job job(2, o);
+  job.past_first_cycles();
+  std::vector<int32_t> in(4, 1), out(4);
+  job.each([&](int rank) {
+    const uint64_t cycles = job.at(rank).stats().cycles;
+    auto c = job.at(rank).submit(
+        allreduce(rank == 0 ? "only0" : "only1", in.data(), out.data(), HVD_INT32, {4}));
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ((*c)->wait(300ms).code(), HVD_ERR_TIMEOUT);
+    EXPECT_LE(job.at(rank).stats().cycles - cycles, 2u);
+  });
 }
 
 // ---- fusion ---------------------------------------------------------------------------------
