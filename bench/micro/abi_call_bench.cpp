@@ -6,20 +6,13 @@
 #include <utility>
 
 #include "hvd/hvd.hpp"
+#include "noop_comm.hpp"
 
 namespace {
 
 // One communicator on the noop backend for every benchmark here.
 hvd::Comm& noop() {
-  static hvd::Comm comm = [] {
-    ::setenv("HVD_PLUGIN_PATH", HVD_MICRO_PLUGIN_DIR, 1);
-    hvd::Result<hvd::Comm> made = hvd::Comm::init(hvd::Comm::Options{"noop", 0});
-    if (!made.ok()) {
-      std::fprintf(stderr, "hvd init on noop: %s\n", made.status().to_string().c_str());
-      std::exit(1);
-    }
-    return std::move(made).value();
-  }();
+  static hvd::Comm comm = open_noop_comm();
   return comm;
 }
 hvd_comm* noop_comm() { return noop().get(); }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hvd/hvd.hpp"
+#include "noop_comm.hpp"
 
 namespace {
 
@@ -20,14 +21,8 @@ using Clock = std::chrono::steady_clock;
 // that the step is the scheduler's work and not its clock.
 hvd::Comm& scheduled() {
   static hvd::Comm comm = [] {
-    ::setenv("HVD_PLUGIN_PATH", HVD_MICRO_PLUGIN_DIR, 1);
     ::setenv("HVD_CYCLE_TIME", "0", 1);
-    hvd::Result<hvd::Comm> made = hvd::Comm::init(hvd::Comm::Options{"noop", 0});
-    if (!made.ok()) {
-      std::fprintf(stderr, "hvd init on noop: %s\n", made.status().to_string().c_str());
-      std::exit(1);
-    }
-    return std::move(made).value();
+    return open_noop_comm();
   }();
   return comm;
 }

@@ -219,10 +219,28 @@ TEST(Scheduler, TheFirstVoteAfterAnIdleSpellCatchesTheWholeBurst) {
   EXPECT_EQ(job.data_allreduces(), 1);
 }
 
-TEST(Scheduler, AWaitStartsTheNextCycleAtOnce) {
+// A cycle time no test waits out: only waits start cycles.
+SchedulerOptions clock_too_slow() {
   SchedulerOptions o = fast_options();
-  o.cycle_time = std::chrono::seconds(20);  // a vote on the clock would come far too late
-  Job job(2, o);
+  o.cycle_time = std::chrono::seconds(20);
+  return o;
+}
+
+// Every rank waits for its completion and finds `want` in its output; returns how long it took.
+std::chrono::duration<double> wait_everywhere(Job& job,
+                                              const std::vector<std::shared_ptr<Completion>>& done,
+                                              const std::vector<std::vector<int32_t>>& out,
+                                              const std::vector<int32_t>& want) {
+  const auto start = std::chrono::steady_clock::now();
+  job.each([&](int rank) {
+    ASSERT_TRUE(done[rank]->wait(kWait).ok());
+    EXPECT_EQ(out[rank], want);
+  });
+  return std::chrono::steady_clock::now() - start;
+}
+
+TEST(Scheduler, AWaitStartsTheNextCycleAtOnce) {
+  Job job(2, clock_too_slow());
   job.past_first_cycles();
   std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(8)), out = in;
   for (int step = 0; step < 3; ++step) {  // the full exchange first, then the cache's bits
@@ -235,21 +253,15 @@ TEST(Scheduler, AWaitStartsTheNextCycleAtOnce) {
       ASSERT_TRUE(c.ok()) << c.status().to_string();
       done[rank] = *c;
     });
-    const auto start = std::chrono::steady_clock::now();
-    job.each([&](int rank) {
-      ASSERT_TRUE(done[rank]->wait(kWait).ok());
-      EXPECT_EQ(out[rank], std::vector<int32_t>(8, 1 + 2 * step));
-    });
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "the waits did not start a cycle";
+    EXPECT_LT(wait_everywhere(job, done, out, std::vector<int32_t>(8, 1 + 2 * step)), 5s)
+        << "the waits did not start a cycle";
   }
 }
 
 // A rank that voted for B while its peer had not submitted it yet, then waits for B: the cycle
 // that ran A is followed by another at once, not at the clock.
 TEST(Scheduler, WhileAWaiterIsServedCyclesFollowWithoutAPause) {
-  SchedulerOptions o = fast_options();
-  o.cycle_time = std::chrono::seconds(20);
-  Job job(2, o);
+  Job job(2, clock_too_slow());
   job.past_first_cycles();
   std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(4)), a = in, b = in;
   std::vector<std::shared_ptr<Completion>> done_a(2), done_b(2);
@@ -268,19 +280,13 @@ TEST(Scheduler, WhileAWaiterIsServedCyclesFollowWithoutAPause) {
   job.each([&](int rank) { ASSERT_TRUE(done_a[rank]->wait(kWait).ok()); });
   EXPECT_FALSE(done_b[0]->done());
   submit(1, "B", b, done_b);
-  const auto start = std::chrono::steady_clock::now();
-  job.each([&](int rank) {
-    ASSERT_TRUE(done_b[rank]->wait(kWait).ok());
-    EXPECT_EQ(b[rank], std::vector<int32_t>(4, 3));
-  });
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "rank 0 waited for its clock";
+  EXPECT_LT(wait_everywhere(job, done_b, b, std::vector<int32_t>(4, 3)), 5s)
+      << "rank 0 waited for its clock";
 }
 
 // Ranks that wait for tensors no other rank submits vote once, then leave it to the clock.
 TEST(Scheduler, WaitingThroughAStallDoesNotSpin) {
-  SchedulerOptions o = fast_options();
-  o.cycle_time = std::chrono::seconds(20);
-  Job job(2, o);
+  Job job(2, clock_too_slow());
   job.past_first_cycles();
   std::vector<int32_t> in(4, 1), out(4);
   job.each([&](int rank) {
