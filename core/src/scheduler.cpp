@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <string_view>
-#include <tuple>
 
 #include "hvd/reduce.h"
 #include "log.hpp"
