@@ -6,8 +6,6 @@
 
 #include <gloo/common/error.h>
 #include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
@@ -19,37 +17,6 @@
 
 namespace hvd::bench {
 namespace {
-
-// Gloo's view of an hvd rendezvous store (the plugin's HostStore does the same over the host
-// services). Gloo expects exceptions from a Store.
-class StoreForGloo final : public gloo::rendezvous::Store {
- public:
-  // Every key goes under `prefix`.
-  StoreForGloo(core::KvStore& store, std::chrono::milliseconds timeout, std::string prefix)
-      : store_(store), timeout_(timeout), prefix_(std::move(prefix)) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    const Status s = store_.set(prefix_ + key, data);
-    if (!s.ok()) throw gloo::IoException(s.message());
-  }
-  std::vector<char> get(const std::string& key) override { return get(key, timeout_); }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    for (const std::string& key : keys) (void)get(key, timeout);
-  }
-
- private:
-  std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) {
-    Result<core::Bytes> value = store_.get(prefix_ + key, timeout);
-    if (!value.ok()) throw gloo::IoException(value.status().message());
-    return std::move(value).value();
-  }
-
-  core::KvStore& store_;
-  std::chrono::milliseconds timeout_;
-  std::string prefix_;
-};
 
 template <typename Fn>
 Status run_gloo(const std::string& what, Fn&& fn) {
@@ -185,10 +152,14 @@ Result<std::unique_ptr<DirectLibrary>> open_direct_gloo(Comm& comm) {
       attr.hostname = env("HVD_GLOO_HOSTNAME").value_or(client->local_address());
     }
     HVD_RETURN_IF_ERROR(run_gloo("connecting Gloo for the baseline", [&] {
-      StoreForGloo sync_store(*client, timeout, "sync/");
-      StoreForGloo async_store(*client, timeout, "async/");
-      meshes = gloo_algorithms::Meshes::connect(sync_store, async_store,
-                                                gloo::transport::tcp::CreateDevice(attr),
+      const gloo_algorithms::KvStore kv{
+          [&](const std::string& key, const std::vector<char>& value) {
+            return client->set(key, value);
+          },
+          [&](const std::string& key, std::chrono::milliseconds wait) {
+            return client->get(key, wait);
+          }};
+      meshes = gloo_algorithms::Meshes::connect(kv, gloo::transport::tcp::CreateDevice(attr),
                                                 comm.rank(), comm.size(), timeout);
     }));
     // Every rank has connected before any uses the mesh, and the store may go (see the plugin's

@@ -115,9 +115,8 @@ Status Completion::wait(std::chrono::duration<double> timeout) const {
   if (done_) return status_;
   // Lock order: a completion's mutex, then the scheduler's.
   const auto count = [&](int change) {
-    if (scheduler_ == nullptr) return;
     waiters_ += change;
-    scheduler_->waiting(change);
+    scheduler_.waiting(change);
   };
   count(+1);
   if (timeout.count() < 0) {
@@ -136,7 +135,7 @@ bool Completion::settle(const Status& status) {
   status_ = status;
   done_ = true;
   if (waiters_ > 0) {  // they stop waiting now, and the scheduler may be gone once they look
-    scheduler_->waiting(-waiters_);
+    scheduler_.waiting(-waiters_);
     waiters_ = 0;
   }
   return true;
@@ -309,12 +308,11 @@ std::shared_ptr<Completion> Scheduler::queue_locked(Submission&& s, Clock::time_
   queue_.splice(queue_.end(), spare_, spare_.begin());
   Entry& e = queue_.back();
   e.what = std::move(s);
-  e.completion = std::make_shared<Completion>(this);
+  e.completion = std::make_shared<Completion>(*this);
   e.submitted = now;
   e.negotiated = {};
   e.sent = false;
   e.elements = e.what.spec.elements();
-  e.bytes = e.elements * hvd_dtype_size(e.what.spec.dtype);
   e.self = std::prev(queue_.end());  // stays valid when spliced onto pending_
   if (spare_names_.empty()) {
     in_flight_.insert(e.what.name);
@@ -535,7 +533,7 @@ void Scheduler::execute(std::vector<Verdict> ready) {
     }
     const TensorSpec& s = e.what.spec;
     const bool fusable = s.type == OpType::kAllreduce && s.memory == HVD_MEMORY_HOST &&
-                         options_.fusion_threshold > 0 && e.bytes <= options_.fusion_threshold;
+                         options_.fusion_threshold > 0 && e.bytes() <= options_.fusion_threshold;
     if (!fusable) {
       run_alone(e);
       continue;
@@ -544,12 +542,12 @@ void Scheduler::execute(std::vector<Verdict> ready) {
                            [&](const Open& o) { return fuses_with(*o.kind, s); });
     if (it == open.end()) {
       it = open.insert(open.end(), Open{&s, {}, 0});
-    } else if (it->bytes + e.bytes > options_.fusion_threshold) {
+    } else if (it->bytes + e.bytes() > options_.fusion_threshold) {
       run_fused(it->batch);  // full: it runs now and starts over
       it->bytes = 0;
     }
     it->batch.push_back(&e);
-    it->bytes += e.bytes;
+    it->bytes += e.bytes();
   }
   for (Open& o : open) run_fused(o.batch);
 }
@@ -559,7 +557,7 @@ Pointer Scheduler::end_to_end(const std::vector<Entry*>& batch, Pointer Submissi
   const char* start = nullptr;
   const char* next = nullptr;
   for (const Entry* e : batch) {
-    const uint64_t bytes = e->bytes;
+    const uint64_t bytes = e->bytes();
     if (bytes == 0) continue;  // zero-size tensors may point anywhere
     const char* at = static_cast<const char*>(e->what.*buffer);
     if (next == nullptr) {
@@ -582,7 +580,7 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
   const TensorSpec& s = batch.front()->what.spec;
   const size_t element = hvd_dtype_size(s.dtype);
   uint64_t total = 0;
-  for (Entry* e : batch) total += e->bytes;
+  for (Entry* e : batch) total += e->bytes();
 
   // Tensors already end to end (a framework's flat gradient buffer, say) are reduced where they
   // lie, and each side that is not needs the fusion buffer. Every rank decides for itself: the
@@ -605,7 +603,7 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
     uint64_t offset = 0;
     for (Entry* e : batch) {
       scale(fusion_buffer_.data() + offset, e->what.send, e->elements, s.dtype, s.prescale);
-      offset += e->bytes;
+      offset += e->bytes();
     }
     send = fusion_buffer_.data();
   }
@@ -619,7 +617,7 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
     uint64_t offset = 0;
     for (Entry* e : batch) {
       scale(e->what.recv, fusion_buffer_.data() + offset, e->elements, s.dtype, s.postscale);
-      offset += e->bytes;
+      offset += e->bytes();
     }
   }
   const auto end = Clock::now();

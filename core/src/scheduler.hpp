@@ -49,7 +49,7 @@ class Scheduler;
 // The end of one submitted operation; shared by the scheduler and the caller's handle.
 class Completion {
  public:
-  explicit Completion(Scheduler* scheduler = nullptr) : scheduler_(scheduler) {}
+  explicit Completion(Scheduler& scheduler) : scheduler_(scheduler) {}
   bool done() const;
   // Waits up to `timeout` (forever if negative); HVD_ERR_TIMEOUT if it has not completed. The
   // scheduler counts the caller as waiting meanwhile (see Scheduler::waiting).
@@ -71,7 +71,7 @@ class Completion {
 
   // Alive while this is not done: a scheduler completes everything it queued before it ends.
   // So a waiter is counted in and out by wait() while not done, and by settle() when done.
-  Scheduler* const scheduler_;
+  Scheduler& scheduler_;
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   mutable int waiters_ = 0;           // threads in wait() counted in the scheduler
@@ -125,8 +125,8 @@ class Scheduler {
     std::shared_ptr<Completion> completion;
     Timeline::Clock::time_point submitted;
     Timeline::Clock::time_point negotiated;
-    uint64_t elements = 0;
-    uint64_t bytes = 0;
+    uint64_t elements = 0;  // computed once: the cycle asks for it per tensor, more than once
+    uint64_t bytes() const { return elements * hvd_dtype_size(what.spec.dtype); }
     bool sent = false;  // its request went to the message table (not waiting on a cache bit)
     std::list<Entry>::iterator self;  // its node in queue_, then in pending_
   };

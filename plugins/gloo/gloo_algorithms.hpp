@@ -18,7 +18,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <gloo/algorithm.h>
@@ -27,12 +30,53 @@
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/barrier_all_to_all.h>
 #include <gloo/broadcast_one_to_all.h>
+#include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/device.h>
 
+#include "hvd/sdk/result.hpp"
+
 namespace hvd::gloo_algorithms {
+
+// An hvd key-value store as Gloo's rendezvous store sees it: every key under a prefix (so that
+// two meshes can meet through one store), and hvd's statuses turned into the exceptions Gloo
+// expects.
+struct KvStore {
+  std::function<Status(const std::string& key, const std::vector<char>& value)> set;
+  std::function<Result<std::vector<char>>(const std::string& key,
+                                          std::chrono::milliseconds timeout)>
+      get;
+};
+
+class PrefixedStore final : public gloo::rendezvous::Store {
+ public:
+  PrefixedStore(const KvStore& kv, std::string prefix, std::chrono::milliseconds timeout)
+      : kv_(kv), prefix_(std::move(prefix)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const Status s = kv_.set(prefix_ + key, data);
+    if (!s.ok()) throw gloo::IoException(s.message());
+  }
+  std::vector<char> get(const std::string& key) override { return get(key, timeout_); }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    for (const std::string& key : keys) (void)get(key, timeout);
+  }
+
+ private:
+  std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) {
+    Result<std::vector<char>> value = kv_.get(prefix_ + key, timeout);
+    if (!value.ok()) throw gloo::IoException(value.status().message());
+    return std::move(value).value();
+  }
+
+  const KvStore& kv_;
+  std::string prefix_;
+  std::chrono::milliseconds timeout_;
+};
 
 // Collectives of at most this many bytes in all go over the sync mesh (Meshes).
 constexpr size_t kSyncMeshMaxBytes = 64 << 10;
@@ -59,19 +103,20 @@ struct Meshes {
     sync->closeConnections();
   }
 
-  // Connects both, each through a store of its own (two meshes' keys must not meet). Before any
-  // rank sends on them, every rank must have returned from this (the caller's barrier): a
-  // message that reached a pair before it turned sync would be read by the wrong thread.
-  static Meshes connect(gloo::rendezvous::Store& sync_store, gloo::rendezvous::Store& async_store,
-                        std::shared_ptr<gloo::transport::Device> device, int rank, int size,
-                        std::chrono::milliseconds timeout) {
-    auto mesh = [&](gloo::rendezvous::Store& store) {
+  // Connects both through `kv`, each under a key prefix of its own (two meshes' keys must not
+  // meet); throws what Gloo throws. Before any rank sends on them, every rank must have returned
+  // from this (the caller's barrier): a message that reached a pair before it turned sync would
+  // be read by the wrong thread.
+  static Meshes connect(const KvStore& kv, std::shared_ptr<gloo::transport::Device> device,
+                        int rank, int size, std::chrono::milliseconds timeout) {
+    auto mesh = [&](const char* prefix) {
+      PrefixedStore store(kv, prefix, timeout);
       auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
       context->setTimeout(timeout);
       context->connectFullMesh(store, device);
       return context;
     };
-    Meshes m{mesh(sync_store), mesh(async_store)};
+    Meshes m{mesh("sync/"), mesh("async/")};
     for (int peer = 0; peer < size; ++peer) {
       if (peer != rank) m.sync->getPair(peer)->setSync(true, false);
     }

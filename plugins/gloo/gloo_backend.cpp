@@ -1,6 +1,6 @@
 // The Gloo backend: hvd's collectives on Facebook's Gloo over TCP.
 //
-// Bootstrap goes through the host's rendezvous store (HostStore adapts it to Gloo's Store).
+// Bootstrap goes through the host's rendezvous store (gloo_algorithms::KvStore).
 // The collectives are Gloo's buffer-based algorithms with hvd's reduction kernels, small ones
 // over a mesh whose callers read their own sockets (gloo_algorithms.hpp says why for both).
 // Configuration: HVD_GLOO_IFACE (a network interface) or HVD_GLOO_HOSTNAME (an address to bind);
@@ -12,8 +12,6 @@
 #include <vector>
 
 #include <gloo/common/error.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
 #include "gloo_algorithms.hpp"
@@ -23,37 +21,6 @@
 namespace {
 
 using hvd::Status;
-
-// Gloo's view of the host's key-value store. Gloo expects exceptions from a Store.
-class HostStore final : public gloo::rendezvous::Store {
- public:
-  // Every key goes under `prefix`.
-  HostStore(hvd::sdk::Host host, std::chrono::milliseconds timeout, std::string prefix)
-      : host_(host), timeout_(timeout), prefix_(std::move(prefix)) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    const Status s = host_.kv_set(prefix_ + key, data.data(), data.size());
-    if (!s.ok()) throw gloo::IoException(s.message());
-  }
-  std::vector<char> get(const std::string& key) override {
-    hvd::Result<std::vector<char>> value = host_.kv_get(prefix_ + key, timeout_);
-    if (!value.ok()) throw gloo::IoException(value.status().message());
-    return std::move(value).value();
-  }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    for (const std::string& key : keys) {
-      hvd::Result<std::vector<char>> value = host_.kv_get(prefix_ + key, timeout);
-      if (!value.ok()) throw gloo::IoException(value.status().message());
-    }
-  }
-
- private:
-  hvd::sdk::Host host_;
-  std::chrono::milliseconds timeout_;
-  std::string prefix_;
-};
 
 // Run a Gloo call, turning its exceptions into statuses: I/O errors mean a peer or the network
 // failed (or a wait timed out); enforce failures are misuse. Gloo names the failed peer by its
@@ -185,14 +152,19 @@ class GlooBackend {
       attr.hostname = hvd::sdk::env_or("HVD_GLOO_HOSTNAME",
                                        ctx.local_address.empty() ? "127.0.0.1" : ctx.local_address);
     }
-    HostStore sync_store(ctx.host, ctx.timeout, "sync/");
-    HostStore async_store(ctx.host, ctx.timeout, "async/");
+    const hvd::sdk::Host host = ctx.host;
+    const hvd::gloo_algorithms::KvStore kv{
+        [&](const std::string& key, const std::vector<char>& value) {
+          return host.kv_set(key, value.data(), value.size());
+        },
+        [&](const std::string& key, std::chrono::milliseconds timeout) {
+          return host.kv_get(key, timeout);
+        }};
     const std::string where =
         attr.iface.empty() ? "address " + attr.hostname : "interface " + attr.iface;
     Status s = run_gloo("connect", [&] {
       self->meshes_ = hvd::gloo_algorithms::Meshes::connect(
-          sync_store, async_store, gloo::transport::tcp::CreateDevice(attr), ctx.rank, ctx.size,
-          ctx.timeout);
+          kv, gloo::transport::tcp::CreateDevice(attr), ctx.rank, ctx.size, ctx.timeout);
     });
     if (!s.ok()) {
       return s.with_context("connecting rank " + std::to_string(ctx.rank) + " on " + where);
