@@ -185,6 +185,16 @@ hvd::Status through_scheduler(hvd_comm* comm, OpType type, const hvd_collective_
   s.spec.root = a.root;
   s.spec.memory = a.memory_type;
   s.spec.device = a.device;
+  if (a.recv_counts != nullptr) {  // allgatherv: recv holds the counts' sum
+    const int size = comm->impl->world().size;
+    uint64_t total = 0;
+    for (int r = 0; r < size; ++r) {
+      if (__builtin_add_overflow(total, a.recv_counts[r], &total)) {
+        return hvd::error(HVD_ERR_INVALID_ARGUMENT, "allgatherv: recv_counts overflow");
+      }
+    }
+    s.spec.output_capacity = total;
+  }
   HVD_ASSIGN_OR_RETURN(auto completion, comm->scheduler->submit(std::move(s)));
   return completion->wait(std::chrono::duration<double>(-1));
 }
@@ -267,15 +277,10 @@ hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
     HVD_RETURN_IF_ERROR(require(comm));
     if (recv_counts == nullptr)
       return hvd::error(HVD_ERR_INVALID_ARGUMENT, "allgatherv: recv_counts is NULL");
-    if (comm->scheduled.load(std::memory_order_acquire)) {
-      return hvd::error(HVD_ERR_STATE,
-                        "allgatherv: not available once asynchronous collectives are in use on "
-                        "this communicator (the scheduler gathers equal shapes only)");
-    }
     hvd_collective_args args = make_args(sendbuf, recvbuf, 0, dtype, placement);
     args.count = recv_counts[comm->impl->world().rank];
     args.recv_counts = recv_counts;
-    return comm->impl->allgather(args);
+    return collective(comm, OpType::kAllgather, args, [&] { return comm->impl->allgather(args); });
   });
 }
 
@@ -355,6 +360,15 @@ hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds) {
   return guarded([&] {
     if (request == nullptr) return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request is NULL");
     return completion_of(request)->wait(std::chrono::duration<double>(timeout_seconds));
+  });
+}
+
+hvd_status hvd_request_output(hvd_request* request, void** data, int64_t* first_dim) {
+  return guarded([&] {
+    if (request == nullptr || data == nullptr || first_dim == nullptr) {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request, data or first_dim is NULL");
+    }
+    return completion_of(request)->output(data, first_dim);
   });
 }
 

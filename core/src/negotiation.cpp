@@ -96,7 +96,8 @@ uint64_t TensorSpec::elements() const {
 bool TensorSpec::operator==(const TensorSpec& o) const {
   return type == o.type && dtype == o.dtype && shape == o.shape && op == o.op && root == o.root &&
          memory == o.memory && device == o.device && prescale == o.prescale &&
-         postscale == o.postscale && group == o.group && group_size == o.group_size;
+         postscale == o.postscale && group == o.group && group_size == o.group_size &&
+         output_capacity == o.output_capacity;
 }
 
 std::vector<char> serialize(const std::vector<Request>& requests) {
@@ -117,6 +118,7 @@ std::vector<char> serialize(const std::vector<Request>& requests) {
     w.put(s.postscale);
     w.put(s.group);
     w.put(s.group_size);
+    w.put(s.output_capacity);
   }
   return w.take();
 }
@@ -141,7 +143,7 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
     }
     if (!r.get(&op) || !r.get(&s.root) || !r.get(&memory) || !r.get(&s.device) ||
         !r.get(&s.prescale) || !r.get(&s.postscale) || !r.get(&s.group) || !r.get(&s.group_size) ||
-        type > 2) {
+        !r.get(&s.output_capacity) || type > 2) {
       return corrupt();
     }
     s.type = static_cast<OpType>(type);
@@ -152,7 +154,8 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
   return out;
 }
 
-Negotiator::Negotiator(int size, size_t cache_capacity) : size_(size), capacity_(cache_capacity) {}
+Negotiator::Negotiator(int rank, int size, size_t cache_capacity)
+    : rank_(rank), size_(size), capacity_(cache_capacity) {}
 
 std::optional<uint32_t> Negotiator::cached_bit(const std::string& name,
                                                const TensorSpec& spec) const {
@@ -174,10 +177,18 @@ std::string Negotiator::mismatch(const std::string& name, const TensorSpec& a,
            hvd_dtype_name(a.dtype) + ", but another rank sent a tensor of type " +
            hvd_dtype_name(b.dtype) + ".";
   }
-  if (a.shape != b.shape) {
+  // Allgather concatenates along the first dimension, in which the ranks may differ.
+  const bool shapes_differ =
+      a.type == OpType::kAllgather
+          ? a.shape.size() != b.shape.size() ||
+                !std::equal(a.shape.begin() + (a.shape.empty() ? 0 : 1), a.shape.end(),
+                            b.shape.begin() + (b.shape.empty() ? 0 : 1))
+          : a.shape != b.shape;
+  if (shapes_differ) {
     return "Mismatched " + op + " tensor shapes" + tensor + "One rank sent a tensor of shape " +
            shape_text(a.shape) + ", but another rank sent a tensor of shape " +
-           shape_text(b.shape) + ".";
+           shape_text(b.shape) +
+           (a.type == OpType::kAllgather ? " (only the first dimension may differ)." : ".");
   }
   if (a.type == OpType::kAllreduce && a.op != b.op) {
     return "Mismatched " + op + " reduce ops" + tensor + "One rank sent op " +
@@ -230,16 +241,53 @@ std::optional<Response> Negotiator::add(int rank, const Request& request, Clock:
   slot = request.spec;
   if (++partial.count < size_) return std::nullopt;
 
-  Response response{request.name, *partial.by_rank[0], ""};
+  Response response{request.name, *partial.by_rank[static_cast<size_t>(rank_)], "", {}};
   for (int r = 1; r < size_ && response.error.empty(); ++r) {
     response.error = mismatch(request.name, *partial.by_rank[0], *partial.by_rank[r]);
+  }
+  if (response.error.empty() && response.spec.type == OpType::kAllgather) {
+    response.error = first_dims_of(request.name, partial.by_rank, &response.first_dims);
   }
   table_.erase(it);
   return response;
 }
 
-void Negotiator::cache_insert(const std::string& name, const TensorSpec& spec) {
+std::string Negotiator::first_dims_of(const std::string& name,
+                                      const std::vector<std::optional<TensorSpec>>& by_rank,
+                                      FirstDims* first_dims) {
+  const Shape& shape = by_rank[0]->shape;  // beyond the first dimension, every rank's
+  uint64_t row = 1;                        // elements per unit of the first dimension
+  for (size_t i = 1; i < shape.size(); ++i) row *= static_cast<uint64_t>(shape[i]);
+  uint64_t rows = 0;
+  bool overflow = false;
+  first_dims->clear();
+  for (const auto& spec : by_rank) {
+    first_dims->push_back(spec->shape.empty() ? 1 : spec->shape[0]);  // a scalar is one row
+    overflow |= __builtin_add_overflow(rows, static_cast<uint64_t>(first_dims->back()), &rows);
+  }
+  uint64_t total = 0;
+  overflow |= __builtin_mul_overflow(rows, row, &total) || total > (UINT64_MAX >> 8);
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    const uint64_t holds = by_rank[r]->output_capacity;
+    if (!overflow && (holds == TensorSpec::kAllocated || holds >= total)) continue;
+    std::string dims;
+    for (size_t q = 0; q < first_dims->size(); ++q) {
+      dims += (q ? ", " : "") + std::to_string((*first_dims)[q]);
+    }
+    std::string why = "Mismatched ALLGATHER first dimensions for tensor '" + name +
+                      "': the ranks sent " + dims + " (in rank order), ";
+    if (overflow) return why + "too many elements in all.";
+    return why + std::to_string(total) + " elements in all, but rank " + std::to_string(r) +
+           "'s output buffer holds " + std::to_string(holds) +
+           " (an allgather's recvbuf is sized for equal shapes; pass recvbuf NULL and hvd "
+           "allocates the output once the sizes are known).";
+  }
+  return "";
+}
+
+void Negotiator::cache_insert(const Response& response) {
   if (capacity_ == 0) return;
+  const std::string& name = response.name;
   cache_erase(name);
   if (cache_order_.size() >= capacity_) cache_erase(slots_[cache_order_.front()]->name);
   uint32_t slot;
@@ -251,7 +299,7 @@ void Negotiator::cache_insert(const std::string& name, const TensorSpec& spec) {
     slots_.emplace_back();
     order_pos_.emplace_back();
   }
-  slots_[slot] = CacheEntry{name, spec};
+  slots_[slot] = CacheEntry{name, response.spec, response.first_dims};
   slot_of_[name] = slot;
   order_pos_[slot] = cache_order_.insert(cache_order_.end(), slot);
 }
@@ -283,7 +331,7 @@ Negotiator::Ready Negotiator::cycle(const std::vector<uint8_t>& bits_ready,
       cache_erase(request.name);
       std::optional<Response> done = add(static_cast<int>(rank), request, now);
       if (!done) continue;
-      if (done->error.empty()) cache_insert(done->name, done->spec);
+      if (done->error.empty()) cache_insert(*done);
       ready.negotiated.push_back(std::move(*done));
     }
   }

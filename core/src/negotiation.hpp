@@ -42,6 +42,11 @@ struct TensorSpec {
   double postscale = 1;
   uint64_t group = 0;  // 0: none; else a hash of the group's member names (alike on every rank)
   uint32_t group_size = 0;
+  // Allgather: how many elements this rank's output holds (kAllocated: hvd allocates it once the
+  // ranks' first dimensions are known). A rank's own business, so never a mismatch; but every
+  // rank must be able to take the result, or none runs it.
+  uint64_t output_capacity = 0;
+  static constexpr uint64_t kAllocated = UINT64_MAX;
 
   uint64_t elements() const;
   bool operator==(const TensorSpec& other) const;
@@ -57,21 +62,29 @@ struct Request {
 std::vector<char> serialize(const std::vector<Request>& requests);
 Result<std::vector<Request>> deserialize(const char* data, size_t size);
 
-// A verdict on one tensor: run it (error empty) or fail it with `error` on every rank.
+// Each rank's first dimension of an allgathered tensor, in rank order (ranks may differ in it,
+// as in Horovod); empty for the other collectives.
+using FirstDims = std::vector<int64_t>;
+
+// A verdict on one tensor: run it (error empty) or fail it with `error` on every rank. `spec` is
+// this rank's own.
 struct Response {
   std::string name;
   TensorSpec spec;
   std::string error;
+  FirstDims first_dims;
 };
 
 // The replicated coordinator: a message table of partly submitted tensors, and the cache.
 class Negotiator {
  public:
   using Clock = std::chrono::steady_clock;
-  Negotiator(int size, size_t cache_capacity);
+  Negotiator(int rank, int size, size_t cache_capacity);
 
-  // The cache bit of a tensor seen before with exactly this spec, if it is cached.
+  // The cache bit of a tensor this rank submitted before with exactly this spec, if it is cached.
   std::optional<uint32_t> cached_bit(const std::string& name, const TensorSpec& spec) const;
+  // The first dimensions by rank that a cached allgather was negotiated with.
+  const FirstDims& cached_first_dims(uint32_t bit) const { return slots_[bit]->first_dims; }
   // How many bits a cycle's vector has (the cache's slots, in use or free: the same on every
   // rank).
   size_t bit_count() const { return slots_.size(); }
@@ -105,15 +118,21 @@ class Negotiator {
   };
   struct CacheEntry {
     std::string name;
-    TensorSpec spec;
+    TensorSpec spec;  // this rank's
+    FirstDims first_dims;
   };
 
   // The first disagreement between two ranks' specs, in Horovod's words; empty if none.
   static std::string mismatch(const std::string& name, const TensorSpec& a, const TensorSpec& b);
+  // An allgather's first dimensions by rank, or why the ranks cannot gather them.
+  static std::string first_dims_of(const std::string& name,
+                                   const std::vector<std::optional<TensorSpec>>& by_rank,
+                                   FirstDims* first_dims);
   std::optional<Response> add(int rank, const Request& request, Clock::time_point now);
-  void cache_insert(const std::string& name, const TensorSpec& spec);
+  void cache_insert(const Response& response);
   void cache_erase(const std::string& name);
 
+  int rank_;
   int size_;
   size_t capacity_;
   std::map<std::string, Partial> table_;

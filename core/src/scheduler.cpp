@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <string_view>
 
 #include "hvd/reduce.h"
@@ -155,6 +156,25 @@ void Completion::release(Completion* completion) {
   const std::shared_ptr<Completion> last = std::move(completion->held_);  // outlives the move
 }
 
+void Completion::set_output(std::unique_ptr<char[]> data, int64_t first_dim) {
+  output_ = std::move(data);
+  output_first_dim_ = first_dim;
+}
+
+Status Completion::output(void** data, int64_t* first_dim) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!done_) return error(HVD_ERR_STATE, "the operation has not completed yet");
+  if (!status_.ok()) return status_;
+  if (output_first_dim_ < 0) {
+    return error(HVD_ERR_STATE,
+                 "this operation has no output allocated by hvd (only an allgather submitted "
+                 "with recvbuf NULL has one)");
+  }
+  *data = output_.get();
+  *first_dim = output_first_dim_;
+  return Status::success();
+}
+
 void Completion::complete_all(const std::vector<std::shared_ptr<Completion>>& all,
                               const Status& status) {
   for (const auto& c : all) c->settle(status);
@@ -177,7 +197,7 @@ Scheduler::Scheduler(Collectives& data, Collectives& control, SchedulerOptions o
     : data_(data),
       control_(control),
       options_(std::move(options)),
-      negotiator_(control.size(), options_.cache_capacity) {}
+      negotiator_(control.rank(), control.size(), options_.cache_capacity) {}
 
 Scheduler::~Scheduler() {
   shutdown();
@@ -196,14 +216,14 @@ void Scheduler::shutdown() {
   work_arrived_.notify_one();
 }
 
-Status Scheduler::check(const Submission& s) const {
+Status Scheduler::prepare(Submission& s) const {
   // The message is built only on failure: this runs for every tensor of every step.
   auto invalid = [&](const std::string& why) {
     return error(HVD_ERR_INVALID_ARGUMENT,
                  std::string(op_type_name(s.spec.type)) + " '" + s.name + "': " + why);
   };
   if (s.name.empty()) return error(HVD_ERR_INVALID_ARGUMENT, "a tensor needs a name");
-  const TensorSpec& spec = s.spec;
+  TensorSpec& spec = s.spec;
   if (hvd_dtype_size(spec.dtype) == 0)
     return invalid("dtype " + std::to_string(spec.dtype) + " is not an hvd_dtype");
   if (spec.type == OpType::kAllreduce && (spec.op < 0 || spec.op >= HVD_REDUCE_OP_COUNT)) {
@@ -222,11 +242,22 @@ Status Scheduler::check(const Submission& s) const {
     elements *= static_cast<uint64_t>(d);
   }
   const bool sends = spec.type != OpType::kBroadcast || spec.root == control_.rank();
-  if (elements > 0 && (s.recv == nullptr || (sends && s.send == nullptr))) {
+  // An allgather without a recv buffer gets one from hvd, of the gathered size (host memory).
+  const bool allocated =
+      spec.type == OpType::kAllgather && s.recv == nullptr && spec.memory == HVD_MEMORY_HOST;
+  if (elements > 0 && ((s.recv == nullptr && !allocated) || (sends && s.send == nullptr))) {
     return invalid("buffer is NULL for " + std::to_string(elements) + " elements");
   }
   if (spec.memory != HVD_MEMORY_HOST && spec.memory != HVD_MEMORY_CUDA) {
     return invalid("memory type " + std::to_string(spec.memory) + " is not an hvd_memory_type");
+  }
+  if (spec.type == OpType::kAllgather) {
+    // By default a recv buffer is sized for equal shapes: the ranks times this rank's elements.
+    if (allocated) {
+      spec.output_capacity = TensorSpec::kAllocated;
+    } else if (spec.output_capacity == 0) {
+      spec.output_capacity = elements * static_cast<uint64_t>(control_.size());
+    }
   }
   for (double factor : {spec.prescale, spec.postscale}) {
     if (!std::isfinite(factor)) return invalid("a scale factor is not finite");
@@ -262,7 +293,7 @@ uint64_t group_id_of(const std::vector<Submission>& group) {
 }  // namespace
 
 Result<std::shared_ptr<Completion>> Scheduler::submit(Submission&& submission) {
-  HVD_RETURN_IF_ERROR(check(submission));
+  HVD_RETURN_IF_ERROR(prepare(submission));
   std::lock_guard<std::mutex> lock(mutex_);
   HVD_RETURN_IF_ERROR(admit_locked(submission.name));
   return queue_locked(std::move(submission), Clock::now());
@@ -270,7 +301,7 @@ Result<std::shared_ptr<Completion>> Scheduler::submit(Submission&& submission) {
 
 Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
     std::vector<Submission> group) {
-  for (const Submission& s : group) HVD_RETURN_IF_ERROR(check(s));
+  for (Submission& s : group) HVD_RETURN_IF_ERROR(prepare(s));
   std::lock_guard<std::mutex> lock(mutex_);
   std::unordered_set<std::string_view> in_group;
   for (const Submission& s : group) {
@@ -424,12 +455,16 @@ Status Scheduler::run_cycle(bool* stop) {
   verdicts.reserve(ready.cached.size() + ready.negotiated.size());
   for (uint32_t bit : ready.cached) {
     Entry* e = voted[bit];
-    verdicts.push_back(Verdict{e, e->what.spec.group, e->what.spec.group_size, {}});
+    verdicts.push_back(Verdict{e, e->what.spec.group, e->what.spec.group_size, {}, {}});
+    if (e->what.spec.type == OpType::kAllgather) {
+      verdicts.back().first_dims = negotiator_.cached_first_dims(bit);
+    }
   }
   for (Response& r : ready.negotiated) {
     const auto it = sent_.find(r.name);
     if (it == sent_.end()) continue;  // answered already: one verdict per entry, however many
-    verdicts.push_back(Verdict{it->second, r.spec.group, r.spec.group_size, std::move(r.error)});
+    verdicts.push_back(Verdict{it->second, r.spec.group, r.spec.group_size, std::move(r.error),
+                               std::move(r.first_dims)});
     sent_.erase(it);
   }
   ++cycles_;
@@ -503,6 +538,7 @@ void Scheduler::execute(std::vector<Verdict> ready) {
   for (Verdict& v : ready) {
     Entry& e = *v.entry;
     e.negotiated = now;
+    e.first_dims = std::move(v.first_dims);
     if (timeline_) timeline_->span(e.what.name, "NEGOTIATE", e.submitted, e.negotiated);
     if (v.group == 0) {
       runnable.push_back(std::move(v));
@@ -650,7 +686,7 @@ void Scheduler::run_alone(Entry& e) {
       break;
     }
     case OpType::kAllgather:
-      status = data_.allgather(args_for(w, w.send, w.recv, count));
+      status = run_allgather(e);
       break;
     case OpType::kBroadcast:
       status = data_.broadcast(args_for(w, w.send, w.recv, count));
@@ -662,6 +698,56 @@ void Scheduler::run_alone(Entry& e) {
     timeline_->span(w.name, op_type_name(w.spec.type), start, Clock::now());
   }
   finish(&e, status);
+}
+
+Status Scheduler::run_allgather(Entry& e) {
+  const Submission& w = e.what;
+  const size_t element = hvd_dtype_size(w.spec.dtype);
+  uint64_t row = 1;  // elements per unit of the first dimension (the same on every rank)
+  for (size_t i = 1; i < w.spec.shape.size(); ++i) row *= static_cast<uint64_t>(w.spec.shape[i]);
+  std::vector<uint64_t> counts;  // by rank
+  counts.reserve(e.first_dims.size());
+  uint64_t total = 0;
+  int64_t first_dim = 0;
+  for (int64_t rows : e.first_dims) {
+    counts.push_back(static_cast<uint64_t>(rows) * row);  // the negotiator checked the sums
+    total += counts.back();
+    first_dim += rows;
+  }
+  void* recv = w.recv;
+  std::unique_ptr<char[]> allocated;
+  if (recv == nullptr && total > 0) {
+    allocated.reset(new (std::nothrow) char[total * element]);
+    // The other ranks go on into the collective and time out (naming this one, if their backend
+    // can), as with any rank that fails outside it.
+    if (!allocated) {
+      return error(HVD_ERR_INTERNAL, "ALLGATHER '" + w.name + "': could not allocate " +
+                                         std::to_string(total * element) + " bytes for the output");
+    }
+    recv = allocated.get();
+  }
+  hvd_collective_args a = args_for(w, w.send, recv, e.elements);
+  Status status;
+  if (std::all_of(counts.begin(), counts.end(), [&](uint64_t n) { return n == counts[0]; })) {
+    status = data_.allgather(a);
+  } else if (data_.has_allgatherv()) {
+    a.recv_counts = counts.data();
+    status = data_.allgather(a);
+  } else {  // every backend broadcasts: each rank's part from it, in place
+    char* part = static_cast<char*>(recv);
+    for (size_t r = 0; r < counts.size() && status.ok(); ++r) {
+      const uint64_t bytes = counts[r] * element;
+      if (static_cast<int>(r) == data_.rank() && bytes > 0) std::memmove(part, w.send, bytes);
+      if (bytes > 0) {
+        a = args_for(w, part, part, counts[r]);
+        a.root = static_cast<int32_t>(r);
+        status = data_.broadcast(a);
+      }
+      part += bytes;
+    }
+  }
+  if (status.ok() && w.recv == nullptr) e.completion->set_output(std::move(allocated), first_dim);
+  return status;
 }
 
 void Scheduler::finish(Entry* e, const Status& status) { finish(std::vector<Entry*>{e}, status); }

@@ -66,6 +66,12 @@ class Completion {
   static Completion* hold(std::shared_ptr<Completion> completion);
   static void release(Completion* completion);
 
+  // An allgather submitted without a recv buffer: the gathered tensor hvd allocated, and its
+  // first dimension (the ranks', summed). Set by the scheduler before it completes; read once it
+  // succeeded, and owned by the completion.
+  void set_output(std::unique_ptr<char[]> data, int64_t first_dim);
+  Status output(void** data, int64_t* first_dim) const;
+
  private:
   bool settle(const Status& status);  // true if this call completed it
 
@@ -78,14 +84,16 @@ class Completion {
   std::shared_ptr<Completion> held_;  // the caller's reference (hold)
   bool done_ = false;
   Status status_;
+  std::unique_ptr<char[]> output_;
+  int64_t output_first_dim_ = -1;  // -1: no output allocated by hvd
 };
 
 // One tensor to submit.
 struct Submission {
   std::string name;
-  TensorSpec spec;  // group fields are filled in by submit_group
+  TensorSpec spec;  // group fields and the output capacity are filled in at submission
   const void* send = nullptr;
-  void* recv = nullptr;
+  void* recv = nullptr;  // an allgather's may be NULL: hvd allocates the output
 };
 
 class Scheduler {
@@ -127,7 +135,8 @@ class Scheduler {
     Timeline::Clock::time_point negotiated;
     uint64_t elements = 0;  // computed once: the cycle asks for it per tensor, more than once
     uint64_t bytes() const { return elements * hvd_dtype_size(what.spec.dtype); }
-    bool sent = false;  // its request went to the message table (not waiting on a cache bit)
+    FirstDims first_dims;  // an allgather's, as negotiated
+    bool sent = false;     // its request went to the message table (not waiting on a cache bit)
     std::list<Entry>::iterator self;  // its node in queue_, then in pending_
   };
   // A tensor found ready everywhere, with the group and error every rank agrees on.
@@ -136,9 +145,11 @@ class Scheduler {
     uint64_t group;
     uint32_t group_size;
     std::string error;  // a mismatch: the entry fails with it
+    FirstDims first_dims;
   };
   Scheduler(Collectives& data, Collectives& control, SchedulerOptions options);
-  Status check(const Submission& s) const;
+  // Checks a submission's arguments (a bad one fails now, on this rank) and completes its spec.
+  Status prepare(Submission& s) const;
   // Under mutex_: whether a tensor of this name may be queued now; then queue it.
   Status admit_locked(const std::string& name) const;
   std::shared_ptr<Completion> queue_locked(Submission&& s, Timeline::Clock::time_point now);
@@ -160,6 +171,7 @@ class Scheduler {
   void execute(std::vector<Verdict> ready);
   void run_fused(std::vector<Entry*>& batch);
   void run_alone(Entry& e);
+  Status run_allgather(Entry& e);
   void finish(Entry* e, const Status& status);
   void finish(const std::vector<Entry*>& entries, const Status& status);
   void fail_all(const Status& status);

@@ -1,6 +1,7 @@
 // A job for the fusion scheduler over a real backend (run under hvdrun or mpirun): many named
 // tensors of random shapes, dtypes and collectives, submitted in a different random order on
-// every rank, round after round; every result exact. Then a mismatch, which must be the same
+// every rank, round after round; every result exact. Then allgathers whose ranks differ in the
+// first dimension and a blocking allgatherv (host memory), a mismatch, which must be the same
 // error on every rank while the job goes on, and a blocking call, which now runs through the
 // scheduler.
 //
@@ -8,9 +9,11 @@
 //
 // --device-memory marks every tensor as CUDA memory (device 0) for a test backend that claims
 // device memory only and copies whatever it is given: negotiation then needs the controller.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -95,6 +98,61 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Allgathers whose ranks differ in the first dimension, into outputs hvd allocates (host memory
+  // only), in a random order per rank: rank r sends (k + r) % 4 rows of k % 3 + 1 elements, each
+  // element 100 * r + its row.
+  if (placement.memory_type == HVD_MEMORY_HOST) {
+    const int count = 20;
+    std::vector<int> order(count);
+    for (int k = 0; k < count; ++k) order[static_cast<size_t>(k)] = k;
+    std::shuffle(order.begin(), order.end(), std::mt19937(seed + static_cast<uint32_t>(rank)));
+    std::vector<std::vector<int64_t>> in(count);
+    std::vector<std::optional<hvd::Request>> requests(count);
+    for (int k : order) {
+      const int64_t rows = (k + rank) % 4, width = k % 3 + 1;
+      for (int64_t i = 0; i < rows * width; ++i) in[k].push_back(100 * rank + i / width);
+      auto r = comm->allgather_async("v" + std::to_string(k), in[k].data(), nullptr, HVD_INT64,
+                                     {rows, width}, &placement);
+      if (!r.ok())
+        return fail(rank, "allgather v" + std::to_string(k) + ": " + r.status().to_string());
+      requests[static_cast<size_t>(k)].emplace(std::move(r).value());
+    }
+    for (int k = 0; k < count; ++k) {
+      const std::string name = "allgather v" + std::to_string(k);
+      const hvd::Request& request = *requests[static_cast<size_t>(k)];
+      const hvd::Status s = request.wait(120);
+      if (!s.ok()) return fail(rank, name + ": " + s.to_string());
+      const auto out = request.output();
+      if (!out.ok()) return fail(rank, name + ": " + out.status().to_string());
+      std::vector<int64_t> want;
+      int64_t want_rows = 0;
+      const int64_t width = k % 3 + 1;
+      for (int r = 0; r < size; ++r) {
+        const int64_t rows = (k + r) % 4;
+        want_rows += rows;
+        for (int64_t i = 0; i < rows * width; ++i) want.push_back(100 * r + i / width);
+      }
+      const auto* got = static_cast<const int64_t*>(out->data);
+      if (out->first_dim != want_rows || !std::equal(want.begin(), want.end(), got)) {
+        return fail(rank, name + ": wrong result (first dimension " +
+                              std::to_string(out->first_dim) + ", want " +
+                              std::to_string(want_rows) + ")");
+      }
+    }
+    // The blocking allgatherv, which now goes through the scheduler: rank r sends r + 1.
+    std::vector<uint64_t> counts;
+    std::vector<int32_t> want;
+    for (int r = 0; r < size; ++r) {
+      counts.push_back(static_cast<uint64_t>(r) + 1);
+      want.insert(want.end(), static_cast<size_t>(r) + 1, r);
+    }
+    const std::vector<int32_t> mine(static_cast<size_t>(rank) + 1, rank);
+    std::vector<int32_t> all(want.size(), -1);
+    const hvd::Status v = comm->allgatherv(mine.data(), all.data(), counts.data(), HVD_INT32);
+    if (!v.ok() || all != want)
+      return fail(rank, "allgatherv through the scheduler: " + v.to_string());
+  }
+
   // Ranks that disagree: the same message everywhere, and the job goes on.
   std::vector<float> a(4, 1.0f), b(4, 0.0f);
   const int64_t n = rank == 0 ? 3 : 4;
@@ -118,7 +176,9 @@ int main(int argc, char** argv) {
   }
   const hvd::Status finalized = comm->finalize();
   if (!finalized.ok()) return fail(rank, "finalize: " + finalized.to_string());
-  std::printf("rank %d of %d: %d tensors x %d rounds exact, mismatch reported alike, blocking ok\n",
-              rank, size, tensors, rounds);
+  std::printf(
+      "rank %d of %d: %d tensors x %d rounds exact, allgathers of different first dimensions "
+      "exact, mismatch reported alike, blocking ok\n",
+      rank, size, tensors, rounds);
   return 0;
 }

@@ -5,6 +5,7 @@
 #ifndef HVD_TESTS_FAKE_COLLECTIVES_HPP
 #define HVD_TESTS_FAKE_COLLECTIVES_HPP
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -50,14 +51,32 @@ class FakeWorld {
 
   Status compute() {
     const Call& first = calls_[0];
+    // An allgatherv's counts differ by rank; every rank passes the same recv_counts.
+    const uint64_t* counts = first.args.recv_counts;
     for (const Call& c : calls_) {
-      if (c.kind != first.kind || c.args.dtype != first.args.dtype ||
-          c.args.count != first.args.count || c.args.op != first.args.op ||
-          c.args.root != first.args.root) {
+      const bool counts_agree =
+          counts == nullptr ? c.args.recv_counts == nullptr && c.args.count == first.args.count
+                            : c.args.recv_counts != nullptr &&
+                                  std::equal(counts, counts + size_, c.args.recv_counts) &&
+                                  c.args.count == counts[&c - calls_.data()];
+      if (c.kind != first.kind || c.args.dtype != first.args.dtype || !counts_agree ||
+          c.args.op != first.args.op || c.args.root != first.args.root) {
         return Status(HVD_ERR_MISMATCH, "fake: ranks called different collectives");
       }
     }
-    const size_t bytes = first.args.count * hvd_dtype_size(first.args.dtype);
+    const size_t element = hvd_dtype_size(first.args.dtype);
+    const size_t bytes = first.args.count * element;
+    if (counts != nullptr) {
+      std::vector<char> result;
+      for (const Call& c : calls_) {
+        const char* in = static_cast<const char*>(c.args.sendbuf);
+        result.insert(result.end(), in, in + c.args.count * element);
+      }
+      for (const Call& c : calls_) {
+        if (!result.empty()) std::memcpy(c.args.recvbuf, result.data(), result.size());
+      }
+      return Status::success();
+    }
     std::vector<char> result(first.kind == kAllgather ? bytes * size_ : bytes);
     switch (first.kind) {
       case kAllreduce:
@@ -120,6 +139,9 @@ class FakeRank final : public core::Collectives {
     ++broadcasts;
     return world_.run(rank_, FakeWorld::kBroadcast, a);
   }
+  bool has_allgatherv() const override { return allgatherv; }
+
+  bool allgatherv = true;  // claims HVD_CAP_ALLGATHERV
 
   std::atomic<int> allreduces{0}, allgathers{0}, broadcasts{0};
   std::atomic<const void*> last_allreduce_send{nullptr};

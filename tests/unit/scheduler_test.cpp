@@ -419,6 +419,137 @@ TEST(Scheduler, ZeroSizeTensorsComplete) {
   });
 }
 
+// ---- allgather of different first dimensions ---------------------------------------------------
+
+Submission allgather(const std::string& name, const void* send, void* recv, hvd_dtype dtype,
+                     std::vector<int64_t> shape) {
+  Submission s = allreduce(name, send, recv, dtype, std::move(shape));
+  s.spec.type = OpType::kAllgather;
+  return s;
+}
+
+// Rank r's `rows` rows of `width` int64 elements: row i holds 1000 * r + i, every element of it.
+std::vector<int64_t> rows_of(int rank, int64_t rows, int64_t width) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < rows; ++i) v.insert(v.end(), static_cast<size_t>(width), 1000 * rank + i);
+  return v;
+}
+
+// Each rank's rows, gathered in rank order.
+std::vector<int64_t> gathered(const std::vector<int64_t>& rows_by_rank, int64_t width) {
+  std::vector<int64_t> want;
+  for (size_t r = 0; r < rows_by_rank.size(); ++r) {
+    const auto part = rows_of(static_cast<int>(r), rows_by_rank[r], width);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  return want;
+}
+
+// Rank r sends rows_by_rank[r] rows with no recv buffer; every rank gets the whole, exactly.
+void expect_gathered(Job& job, const std::string& name, const std::vector<int64_t>& rows_by_rank) {
+  const int64_t width = 3;
+  const std::vector<int64_t> want = gathered(rows_by_rank, width);
+  job.each([&](int rank) {
+    const int64_t rows = rows_by_rank[static_cast<size_t>(rank)];
+    const std::vector<int64_t> in = rows_of(rank, rows, width);
+    auto done = job.at(rank).submit(allgather(name, in.data(), nullptr, HVD_INT64, {rows, width}));
+    ASSERT_TRUE(done.ok()) << done.status().to_string();
+    ASSERT_TRUE((*done)->wait(kWait).ok());
+    void* data = nullptr;
+    int64_t first_dim = -1;
+    ASSERT_TRUE((*done)->output(&data, &first_dim).ok());
+    ASSERT_EQ(first_dim * width, static_cast<int64_t>(want.size())) << "rank " << rank;
+    const auto* out = static_cast<const int64_t*>(data);
+    EXPECT_EQ(std::vector<int64_t>(out, out + want.size()), want) << "rank " << rank;
+  });
+}
+
+TEST(Scheduler, AllgatherRanksMayDifferInTheFirstDimension) {
+  const std::vector<std::vector<int64_t>> cases = {{5}, {1, 4}, {2, 0, 7}, {3, 1, 0, 2}};
+  for (const auto& rows : cases) {
+    Job job(static_cast<int>(rows.size()), fast_options());
+    expect_gathered(job, "g", rows);
+  }
+}
+
+TEST(Scheduler, AllgatherOfDifferentFirstDimensionsWithoutAllgathervBroadcastsEachPart) {
+  Job job(4, fast_options());
+  for (auto& rank : job.data_ranks) rank->allgatherv = false;
+  expect_gathered(job, "g", {3, 1, 0, 2});
+  EXPECT_EQ(job.data_ranks[0]->allgathers, 0);
+  EXPECT_EQ(job.data_ranks[0]->broadcasts, 3);  // one per rank that sent rows
+}
+
+TEST(Scheduler, AllgatherOfNewFirstDimensionsIsNegotiatedAgain) {
+  Job job(3, fast_options());
+  expect_gathered(job, "g", {1, 2, 3});
+  const int gathers = job.control_allgathers();
+  expect_gathered(job, "g", {1, 2, 3});  // the same sizes: from the cache
+  EXPECT_EQ(job.control_allgathers(), gathers);
+  expect_gathered(job, "g", {1, 5, 3});  // one rank's changed: negotiated in full
+  EXPECT_GT(job.control_allgathers(), gathers);
+  expect_gathered(job, "g", {0, 0, 0});
+}
+
+TEST(Scheduler, AnAllgatherIntoABufferTooSmallIsTheSameErrorOnEveryRank) {
+  Job job(2, fast_options());
+  std::vector<std::string> messages(2);
+  job.each([&](int rank) {
+    const int64_t rows = rank + 1;  // 1 and 2 rows of 3
+    const std::vector<int64_t> in = rows_of(rank, rows, 3);
+    std::vector<int64_t> out(static_cast<size_t>(2 * rows * 3));  // sized for equal shapes
+    const Status s =
+        submit_and_wait(job.at(rank), allgather("g", in.data(), out.data(), HVD_INT64, {rows, 3}));
+    EXPECT_EQ(s.code(), HVD_ERR_MISMATCH);
+    messages[static_cast<size_t>(rank)] = s.message();
+    // The job goes on.
+    std::vector<int64_t> ok(2 * 3);
+    EXPECT_TRUE(
+        submit_and_wait(job.at(rank), allgather("h", in.data(), ok.data(), HVD_INT64, {1, 3}))
+            .ok());
+  });
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_EQ(messages[0],
+            "Mismatched ALLGATHER first dimensions for tensor 'g': the ranks sent 1, 2 (in rank "
+            "order), 9 elements in all, but rank 0's output buffer holds 6 (an allgather's recvbuf "
+            "is sized for equal shapes; pass recvbuf NULL and hvd allocates the output once the "
+            "sizes are known).");
+}
+
+TEST(Scheduler, AllgatherRanksMustAgreeBeyondTheFirstDimension) {
+  const std::vector<std::vector<int64_t>> shapes = {{2, 3}, {1, 4}, {2}, {2, 1}};
+  for (size_t k = 0; k < shapes.size(); k += 2) {
+    Job job(2, fast_options());
+    std::vector<std::string> messages(2);
+    job.each([&](int rank) {
+      const std::vector<int64_t> in(8, rank);
+      const Status s = submit_and_wait(
+          job.at(rank), allgather("g", in.data(), nullptr, HVD_INT64, shapes[k + rank]));
+      EXPECT_EQ(s.code(), HVD_ERR_MISMATCH);
+      messages[static_cast<size_t>(rank)] = s.message();
+    });
+    EXPECT_EQ(messages[0], messages[1]);
+    const std::string text = k == 0 ? "[2, 3], but another rank sent a tensor of shape [1, 4]"
+                                    : "[2], but another rank sent a tensor of shape [2, 1]";
+    EXPECT_EQ(messages[0],
+              "Mismatched ALLGATHER tensor shapes for tensor 'g': One rank sent a "
+              "tensor of shape " +
+                  text + " (only the first dimension may differ).");
+  }
+}
+
+TEST(Scheduler, AnOutputIsThereOnlyForAnAllgatherHvdAllocated) {
+  Job job(1, fast_options());
+  std::vector<int64_t> in(4, 7), out(4);
+  auto given = job.at(0).submit(allgather("given", in.data(), out.data(), HVD_INT64, {4}));
+  ASSERT_TRUE(given.ok());
+  ASSERT_TRUE((*given)->wait(kWait).ok());
+  EXPECT_EQ(out, in);
+  void* data = nullptr;
+  int64_t first_dim = 0;
+  EXPECT_EQ((*given)->output(&data, &first_dim).code(), HVD_ERR_STATE);
+}
+
 // ---- validation -----------------------------------------------------------------------------
 
 // Rank 0 submits `a`, rank 1 `b` under one name; both must fail with the same message, which

@@ -68,7 +68,8 @@ HVD_API hvd_status hvd_allgather(hvd_comm* comm, const void* sendbuf, void* recv
                                  hvd_dtype dtype, const hvd_placement* placement);
 /* Rank r contributes recv_counts[r] elements (the same array on every rank); recvbuf receives
  * them packed in rank order. In place when sendbuf == recvbuf + this rank's offset. Needs a
- * backend with HVD_CAP_ALLGATHERV. */
+ * backend with HVD_CAP_ALLGATHERV (as does hvd_allgather_async with different first
+ * dimensions). */
 HVD_API hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
                                   const uint64_t* recv_counts, hvd_dtype dtype,
                                   const hvd_placement* placement);
@@ -98,7 +99,11 @@ typedef enum hvd_collective {
 } hvd_collective;
 
 /* One tensor of a grouped submission. Elements: the product of shape[0..ndim) (1 for ndim 0).
- * allgather's recvbuf holds size x that many (every rank's shape must be the same). */
+ * Allgather concatenates the ranks' tensors along the first dimension, in rank order; the ranks
+ * may differ in it (not in the others). Its recvbuf, if given, holds size x this rank's elements,
+ * which is enough when every rank's shape is the same; with recvbuf NULL hvd allocates the
+ * output once the sizes are known (hvd_request_output). A recvbuf too small for what the ranks
+ * sent fails the tensor on every rank. */
 typedef struct hvd_tensor {
   size_t struct_size; /* sizeof(hvd_tensor) */
   hvd_collective collective;
@@ -137,6 +142,11 @@ HVD_API hvd_status hvd_request_poll(hvd_request* request, int* done);
 /* Waits until the request completes and returns its status (its message: hvd_last_error()).
  * A timeout_seconds >= 0 bounds the wait: HVD_ERR_TIMEOUT then, and the operation goes on. */
 HVD_API hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds);
+/* An allgather submitted with recvbuf NULL, once it succeeded: *data is the gathered tensor
+ * (host memory, valid until hvd_request_free) and *first_dim its first dimension, the ranks'
+ * summed; its other dimensions are the submitted ones. HVD_ERR_STATE before completion or for a
+ * request without such an output; a failed operation's status otherwise. */
+HVD_API hvd_status hvd_request_output(hvd_request* request, void** data, int64_t* first_dim);
 /* Releases the handle (the operation itself goes on). NULL is ignored. */
 HVD_API void hvd_request_free(hvd_request* request);
 

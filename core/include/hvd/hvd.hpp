@@ -74,6 +74,19 @@ class Request {
     return code == HVD_SUCCESS ? Status::success() : Status(code, hvd_last_error());
   }
 
+  // An allgather submitted without a recv buffer, once it succeeded: the gathered tensor hvd
+  // allocated (valid while this Request lives) and its first dimension, the ranks' summed.
+  struct Output {
+    void* data = nullptr;
+    int64_t first_dim = 0;
+  };
+  Result<Output> output() const {
+    Output out;
+    const hvd_status code = hvd_request_output(request_, &out.data, &out.first_dim);
+    if (code != HVD_SUCCESS) return Status(code, hvd_last_error());
+    return out;
+  }
+
  private:
   friend class Comm;
   explicit Request(hvd_request* request) : request_(request) {}
