@@ -48,7 +48,7 @@ void scale(void* out, const void* in, uint64_t count, hvd_dtype dtype, double fa
       }
       break;
     }
-    default:  // check() admits factors other than 1 for floating types only
+    default:  // prepare() admits factors other than 1 for floating types only
       break;
   }
 }
