@@ -31,8 +31,6 @@ class Collectives {
   virtual Status allreduce(const hvd_collective_args& args) = 0;
   virtual Status allgather(const hvd_collective_args& args) = 0;
   virtual Status broadcast(const hvd_collective_args& args) = 0;
-  // Whether allgather takes recv_counts (HVD_CAP_ALLGATHERV).
-  virtual bool has_allgatherv() const = 0;
 };
 
 }  // namespace hvd::core

@@ -467,10 +467,11 @@ Status Communicator::validate(const char* what, const hvd_collective_args& a, bo
     return invalid("count " + std::to_string(a.count) + " overflows the buffer size");
   }
   if (a.recv_counts != nullptr) {
-    if ((plugin_.capabilities & HVD_CAP_ALLGATHERV) == 0) {
-      return error(HVD_ERR_UNSUPPORTED, std::string(what) + ": backend '" + plugin_.name +
-                                            "' has no allgatherv (capabilities: " +
-                                            capabilities_to_string(plugin_.capabilities) + ")");
+    if ((plugin_.capabilities & HVD_CAP_ALLGATHERV) == 0 && a.memory_type != HVD_MEMORY_HOST) {
+      return error(HVD_ERR_UNSUPPORTED,
+                   std::string(what) + ": backend '" + plugin_.name +
+                       "' has no allgatherv for device memory (capabilities: " +
+                       capabilities_to_string(plugin_.capabilities) + ")");
     }
     uint64_t total = 0;
     for (int r = 0; r < world_.size; ++r) {
@@ -510,7 +511,28 @@ Status Communicator::allreduce(const hvd_collective_args& args) {
 
 Status Communicator::allgather(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate("allgather", args, /*uses_op=*/false, /*uses_root=*/false));
-  return call_backend("allgather", [&] { return plugin_.table->allgather(backend_, &args); });
+  if (args.recv_counts == nullptr || (plugin_.capabilities & HVD_CAP_ALLGATHERV) != 0) {
+    return call_backend("allgather", [&] { return plugin_.table->allgather(backend_, &args); });
+  }
+  // A backend without allgatherv (host memory, checked above): each rank's part is broadcast
+  // from it, in place in recvbuf.
+  const size_t element = hvd_dtype_size(args.dtype);
+  char* part = static_cast<char*>(args.recvbuf);
+  for (int r = 0; r < world_.size; ++r) {
+    const uint64_t count = args.recv_counts[r];
+    if (count == 0) continue;
+    if (r == world_.rank && part != args.sendbuf) std::memmove(part, args.sendbuf, count * element);
+    hvd_collective_args piece = args;
+    piece.sendbuf = part;
+    piece.recvbuf = part;
+    piece.count = count;
+    piece.root = r;
+    piece.recv_counts = nullptr;
+    HVD_RETURN_IF_ERROR(
+        call_backend("allgatherv", [&] { return plugin_.table->broadcast(backend_, &piece); }));
+    part += count * element;
+  }
+  return Status::success();
 }
 
 Status Communicator::broadcast(const hvd_collective_args& args) {

@@ -42,7 +42,6 @@ class Communicator final : public Collectives {
   Status broadcast(const hvd_collective_args& args) override;
   int rank() const override { return world_.rank; }
   int size() const override { return world_.size; }
-  bool has_allgatherv() const override { return (plugin_.capabilities & HVD_CAP_ALLGATHERV) != 0; }
   Status barrier();
 
   const World& world() const { return world_; }

@@ -727,25 +727,10 @@ Status Scheduler::run_allgather(Entry& e) {
     recv = allocated.get();
   }
   hvd_collective_args a = args_for(w, w.send, recv, e.elements);
-  Status status;
-  if (std::all_of(counts.begin(), counts.end(), [&](uint64_t n) { return n == counts[0]; })) {
-    status = data_.allgather(a);
-  } else if (data_.has_allgatherv()) {
-    a.recv_counts = counts.data();
-    status = data_.allgather(a);
-  } else {  // every backend broadcasts: each rank's part from it, in place
-    char* part = static_cast<char*>(recv);
-    for (size_t r = 0; r < counts.size() && status.ok(); ++r) {
-      const uint64_t bytes = counts[r] * element;
-      if (static_cast<int>(r) == data_.rank() && bytes > 0) std::memmove(part, w.send, bytes);
-      if (bytes > 0) {
-        a = args_for(w, part, part, counts[r]);
-        a.root = static_cast<int32_t>(r);
-        status = data_.broadcast(a);
-      }
-      part += bytes;
-    }
+  if (std::any_of(counts.begin(), counts.end(), [&](uint64_t n) { return n != counts[0]; })) {
+    a.recv_counts = counts.data();  // allgatherv (the communicator's, on any backend)
   }
+  const Status status = data_.allgather(a);
   if (status.ok() && w.recv == nullptr) e.completion->set_output(std::move(allocated), first_dim);
   return status;
 }

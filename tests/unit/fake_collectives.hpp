@@ -139,9 +139,6 @@ class FakeRank final : public core::Collectives {
     ++broadcasts;
     return world_.run(rank_, FakeWorld::kBroadcast, a);
   }
-  bool has_allgatherv() const override { return allgatherv; }
-
-  bool allgatherv = true;  // claims HVD_CAP_ALLGATHERV
 
   std::atomic<int> allreduces{0}, allgathers{0}, broadcasts{0};
   std::atomic<const void*> last_allreduce_send{nullptr};

@@ -472,14 +472,6 @@ TEST(Scheduler, AllgatherRanksMayDifferInTheFirstDimension) {
   }
 }
 
-TEST(Scheduler, AllgatherOfDifferentFirstDimensionsWithoutAllgathervBroadcastsEachPart) {
-  Job job(4, fast_options());
-  for (auto& rank : job.data_ranks) rank->allgatherv = false;
-  expect_gathered(job, "g", {3, 1, 0, 2});
-  EXPECT_EQ(job.data_ranks[0]->allgathers, 0);
-  EXPECT_EQ(job.data_ranks[0]->broadcasts, 3);  // one per rank that sent rows
-}
-
 TEST(Scheduler, AllgatherOfNewFirstDimensionsIsNegotiatedAgain) {
   Job job(3, fast_options());
   expect_gathered(job, "g", {1, 2, 3});

@@ -67,9 +67,8 @@ HVD_API hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recv
 HVD_API hvd_status hvd_allgather(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
                                  hvd_dtype dtype, const hvd_placement* placement);
 /* Rank r contributes recv_counts[r] elements (the same array on every rank); recvbuf receives
- * them packed in rank order. In place when sendbuf == recvbuf + this rank's offset. Needs a
- * backend with HVD_CAP_ALLGATHERV (as does hvd_allgather_async with different first
- * dimensions). */
+ * them packed in rank order. In place when sendbuf == recvbuf + this rank's offset. A backend
+ * without HVD_CAP_ALLGATHERV runs it as one broadcast per rank (host memory only). */
 HVD_API hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
                                   const uint64_t* recv_counts, hvd_dtype dtype,
                                   const hvd_placement* placement);
