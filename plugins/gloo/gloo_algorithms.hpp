@@ -1,14 +1,14 @@
 // gloo_algorithms.hpp — the Gloo algorithms hvd runs, shared by the gloo plugin and hvd-bench's
 // direct-Gloo baseline so that their ratio measures hvd alone.
 //
-// These are Gloo's buffer-based ("legacy") algorithm classes, built for each call. Gloo's
-// unbound-buffer API (gloo::allreduce & co.) pays a rendezvous of notifications per segment,
-// and on the VMs we measured it was 20-40x slower for small messages (1 KiB allreduce, 2 ranks:
-// 3-4 ms against 60-140 us) and 100-200x slower for 4 MiB at 3-4 ranks (over 3 s against
-// 16-33 ms); see docs/performance.md. The two APIs must not be mixed on one context either: a
-// legacy send sets the socket's SO_SNDBUF (turning off the kernel's autotuning) to the size
-// of that message, after which large unbound-buffer transfers on the same pair crawl. So every
-// collective of a context goes through this file.
+// These are Gloo's buffer-based ("legacy") algorithm classes, built for each call except large
+// allreduces, which keep theirs (ReusedAllreduces). Gloo's unbound-buffer API (gloo::allreduce &
+// co.) pays a rendezvous of notifications per segment, and on the VMs we measured it was 20-40x
+// slower for small messages (1 KiB allreduce, 2 ranks: 3-4 ms against 60-140 us) and 100-200x
+// slower for 4 MiB at 3-4 ranks (over 3 s against 16-33 ms); see docs/performance.md. The two APIs
+// must not be mixed on one context either: a legacy send sets the socket's SO_SNDBUF (turning off
+// the kernel's autotuning) to the size of that message, after which large unbound-buffer transfers
+// on the same pair crawl. So every collective of a context goes through this file.
 //
 // Legacy classes count elements in int (and AllgatherRing bytes in int): larger calls are cut
 // into pieces, or, for allgather, sent as one broadcast per rank.
@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -78,6 +79,76 @@ class PrefixedStore final : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
+// Gloo's algorithm objects are made to be run again and again: each run ends in a barrier, so that
+// the next cannot disturb it. Building one allocates its scratch buffers and posts its receive
+// buffers, which a large allreduce on a buffer it has seen before need not pay again: reusing the
+// object made 1 to 16 MiB allreduces at 2 ranks 10-40% faster (docs/performance.md). Every
+// rank must decide alike whether to build, since an object draws its slots when it is built. So
+// the entries are found by what the ranks agree on (count, and element type and op through the
+// reduction) and evicted least recently used first, which the ranks do alike. But an object is
+// also bound to this rank's buffer, whose address is this rank's own, and a rank cannot build
+// alone: its peers' slots would not match, and a peer's next message may already sit in the old
+// object's inbox. So before reusing one the ranks allreduce, on the sync mesh, one integer per
+// entry of this shape saying whether the entry holds their buffer; they run the first entry that
+// holds every rank's, or all build a new one.
+class ReusedAllreduces {
+ public:
+  // Calls from this size on reuse objects, at most this many and of these bytes in all (an entry
+  // holds scratch of about its bytes divided by the ranks); others build theirs per call. Below
+  // 1 MiB reuse gained nothing measurable, and the agreement costs a round trip.
+  static constexpr size_t kMinBytes = size_t{1} << 20;
+  static constexpr size_t kMaxEntries = 8;
+  static constexpr size_t kMaxBytes = size_t{128} << 20;
+
+  template <typename T>
+  gloo::Algorithm& get(const std::shared_ptr<gloo::Context>& context,
+                       const std::shared_ptr<gloo::Context>& sync, T* data, int count,
+                       const gloo::ReductionFunction<T>* reduction) {
+    std::vector<std::list<Entry>::iterator> candidates;  // this call's shape, on any buffers
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->reduction == reduction && it->count == count) candidates.push_back(it);
+    }
+    if (!candidates.empty()) {
+      // 1 where this rank's buffer is the entry's; the minimum over the ranks, 1 where every
+      // rank's is.
+      std::vector<int> fits(candidates.size());
+      for (size_t i = 0; i < fits.size(); ++i) fits[i] = candidates[i]->data == data ? 1 : 0;
+      gloo::AllreduceRing<int>(sync, {fits.data()}, static_cast<int>(fits.size()),
+                               gloo::ReductionFunction<int>::min)
+          .run();
+      for (size_t i = 0; i < fits.size(); ++i) {
+        if (fits[i] == 1) {
+          entries_.splice(entries_.begin(), entries_, candidates[i]);
+          return *entries_.front().algorithm;
+        }
+      }
+    }
+    const size_t bytes = static_cast<size_t>(count) * sizeof(T);
+    while (!entries_.empty() && (entries_.size() >= kMaxEntries || bytes_ + bytes > kMaxBytes)) {
+      bytes_ -= entries_.back().bytes;
+      entries_.pop_back();
+    }
+    entries_.push_front(Entry{reduction, count, bytes, data,
+                              std::make_unique<gloo::AllreduceRingChunked<T>>(
+                                  context, std::vector<T*>{data}, count, reduction)});
+    bytes_ += bytes;
+    return *entries_.front().algorithm;
+  }
+
+  static bool holds(size_t bytes) { return bytes >= kMinBytes && bytes <= kMaxBytes; }
+
+ private:
+  struct Entry {
+    const void* reduction;
+    int count;
+    size_t bytes;
+    const void* data;  // this rank's buffer, which the algorithm reduces in place
+    std::unique_ptr<gloo::Algorithm> algorithm;
+  };
+  std::list<Entry> entries_;  // the most recently used first
+  size_t bytes_ = 0;
+};
+
 // Collectives of at most this many bytes in all go over the sync mesh (Meshes).
 constexpr size_t kSyncMeshMaxBytes = 64 << 10;
 
@@ -93,6 +164,8 @@ constexpr size_t kSyncMeshMaxBytes = 64 << 10;
 struct Meshes {
   std::shared_ptr<gloo::Context> sync;
   std::shared_ptr<gloo::Context> async;
+  // Declared after the meshes, so destroyed before them: its algorithms hold their pairs.
+  std::unique_ptr<ReusedAllreduces> reused = std::make_unique<ReusedAllreduces>();
 
   const std::shared_ptr<gloo::Context>& for_bytes(size_t bytes) const {
     return bytes <= kSyncMeshMaxBytes ? sync : async;
@@ -152,17 +225,18 @@ void allgatherv(const std::shared_ptr<gloo::Context>& context, T* recv,
 
 // data[i] = reduction over the ranks of data[i], in place.
 template <typename T>
-void allreduce(const Meshes& meshes, T* data, size_t count,
-               const gloo::ReductionFunction<T>* reduction) {
+void allreduce(Meshes& meshes, T* data, size_t count, const gloo::ReductionFunction<T>* reduction) {
   const auto& context = meshes.for_bytes(count * sizeof(T));
   const size_t piece = kMaxPieceBytes / sizeof(T);
   for (size_t done = 0; done < count; done += piece) {
     const int n = static_cast<int>(std::min(piece, count - done));
-    const std::vector<T*> ptrs{data + done};
-    if (n * sizeof(T) < kChunkedRingFromBytes) {
-      gloo::AllreduceRing<T>(context, ptrs, n, reduction).run();
+    const size_t bytes = static_cast<size_t>(n) * sizeof(T);
+    if (bytes < kChunkedRingFromBytes) {
+      gloo::AllreduceRing<T>(context, {data + done}, n, reduction).run();
+    } else if (ReusedAllreduces::holds(bytes)) {
+      meshes.reused->get(context, meshes.sync, data + done, n, reduction).run();
     } else {
-      gloo::AllreduceRingChunked<T>(context, ptrs, n, reduction).run();
+      gloo::AllreduceRingChunked<T>(context, {data + done}, n, reduction).run();
     }
   }
 }
