@@ -82,7 +82,7 @@ class PrefixedStore final : public gloo::rendezvous::Store {
 // Gloo's algorithm objects are made to be run again and again: each run ends in a barrier, so that
 // the next cannot disturb it. Building one allocates its scratch buffers and posts its receive
 // buffers, which a large allreduce on a buffer it has seen before need not pay again: reusing the
-// object made 1 to 16 MiB allreduces at 2 ranks 10-40% faster (docs/performance.md). Every
+// object made 1 to 16 MiB allreduces at 2 ranks mostly 10-35% faster (docs/performance.md). Every
 // rank must decide alike whether to build, since an object draws its slots when it is built. So
 // the entries are found by what the ranks agree on (count, and element type and op through the
 // reduction) and evicted least recently used first, which the ranks do alike. But an object is
