@@ -298,10 +298,12 @@ void Negotiator::cache_insert(const Response& response) {
     slot = static_cast<uint32_t>(slots_.size());
     slots_.emplace_back();
     order_pos_.emplace_back();
+    entry_pos_.emplace_back();
   }
   slots_[slot] = CacheEntry{name, response.spec, response.first_dims};
   slot_of_[name] = slot;
   order_pos_[slot] = cache_order_.insert(cache_order_.end(), slot);
+  entry_pos_[slot] = entry_order_.insert(entry_order_.end(), slot);
 }
 
 void Negotiator::cache_erase(const std::string& name) {
@@ -309,6 +311,7 @@ void Negotiator::cache_erase(const std::string& name) {
   if (it == slot_of_.end()) return;
   const uint32_t slot = it->second;
   cache_order_.erase(order_pos_[slot]);
+  entry_order_.erase(entry_pos_[slot]);
   slots_[slot].reset();
   free_slots_.push_back(slot);
   slot_of_.erase(it);
@@ -318,8 +321,8 @@ Negotiator::Ready Negotiator::cycle(const std::vector<uint8_t>& bits_ready,
                                     const std::vector<std::vector<Request>>& requests,
                                     Clock::time_point now) {
   Ready ready;
-  for (uint32_t bit = 0; bit < bits_ready.size() && bit < slots_.size(); ++bit) {
-    if (!bits_ready[bit] || !slots_[bit]) continue;
+  for (uint32_t bit : entry_order_) {
+    if (bit >= bits_ready.size() || !bits_ready[bit]) continue;
     ready.cached.push_back(bit);
     cache_order_.splice(cache_order_.end(), cache_order_, order_pos_[bit]);  // recently used
   }

@@ -89,8 +89,10 @@ class Negotiator {
   // rank).
   size_t bit_count() const { return slots_.size(); }
 
-  // What a cycle found ready: tensors every rank voted for by cache bit, in bit order, then
-  // tensors whose requests completed in the message table, in the order they completed.
+  // What a cycle found ready: tensors every rank voted for by cache bit, in the order they
+  // entered the cache, then tensors whose requests completed in the message table, in the order
+  // they completed. So cached tensors keep the order they were first negotiated in, whatever
+  // bits they hold: tensors that lie end to end in memory stay end to end in the fused batch.
   struct Ready {
     std::vector<uint32_t> cached;
     std::vector<Response> negotiated;
@@ -141,6 +143,8 @@ class Negotiator {
   std::unordered_map<std::string, uint32_t> slot_of_;
   std::list<uint32_t> cache_order_;                       // front: least recently used
   std::vector<std::list<uint32_t>::iterator> order_pos_;  // by slot: where it is in that order
+  std::list<uint32_t> entry_order_;                       // front: longest in the cache
+  std::vector<std::list<uint32_t>::iterator> entry_pos_;  // by slot: where it is in that order
   std::vector<uint32_t> free_slots_;
 };
 

@@ -344,32 +344,43 @@ TEST(Scheduler, ThresholdZeroDisablesFusion) { EXPECT_EQ(fused_calls(0, 16), 4);
 
 // Four grouped int32 tensors of 64 elements laid end to end in one allocation; each rank's recv
 // starts `recv_offset` elements into `buffer` (which then is the send as well: 0 is in place) or
-// in a buffer of its own (recv_offset < 0). Checks exact results; returns whether the backend
-// was handed the application's own memory, on both sides.
-bool reduced_where_they_lie(int recv_offset) {
+// in a buffer of its own (recv_offset < 0). `steps` times, values new each step. Checks exact
+// results; returns whether the backend was handed the application's own memory, on both sides,
+// in the last step. With `cache_full`, a cache of four entries already holds another tensor, so
+// the last of the four takes its bit, the first: bit order is then not memory order.
+bool reduced_where_they_lie(int recv_offset, int steps = 1, bool cache_full = false) {
   constexpr int64_t kElements = 64;
-  Job job(2, fast_options());
+  SchedulerOptions options = fast_options();
+  if (cache_full) options.cache_capacity = 4;
+  Job job(2, options);
   std::vector<char> direct(2);  // not vector<bool>: each rank writes its own element
   job.each([&](int rank) {
-    std::vector<int32_t> buffer(4 * kElements + 2 * kElements), own(4 * kElements, -1);
-    for (size_t i = 0; i < 4 * kElements; ++i) buffer[i] = static_cast<int32_t>(i) + rank;
-    int32_t* recv = recv_offset < 0 ? own.data() : buffer.data() + recv_offset;
-    std::vector<Submission> group;
-    for (int64_t k = 0; k < 4; ++k) {
-      group.push_back(allreduce("t" + std::to_string(k), buffer.data() + k * kElements,
-                                recv + k * kElements, HVD_INT32, {kElements}));
+    if (cache_full) {
+      int32_t x = rank;
+      auto done = job.at(rank).submit(allreduce("before", &x, &x, HVD_INT32, {1}));
+      ASSERT_TRUE(done.ok() && (*done)->wait(kWait).ok());
     }
-    auto done = job.at(rank).submit_group(std::move(group));
-    ASSERT_TRUE(done.ok()) << done.status().to_string();
-    for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
-    for (int64_t i = 0; i < 4 * kElements; ++i) {
-      ASSERT_EQ(recv[i], static_cast<int32_t>(2 * i + 1)) << "element " << i;  // i + (i + 1)
+    std::vector<int32_t> buffer(4 * kElements + 2 * kElements), own(4 * kElements, -1);
+    int32_t* recv = recv_offset < 0 ? own.data() : buffer.data() + recv_offset;
+    for (int step = 0; step < steps; ++step) {
+      for (size_t i = 0; i < 4 * kElements; ++i) buffer[i] = static_cast<int32_t>(i) + rank + step;
+      std::vector<Submission> group;
+      for (int64_t k = 0; k < 4; ++k) {
+        group.push_back(allreduce("t" + std::to_string(k), buffer.data() + k * kElements,
+                                  recv + k * kElements, HVD_INT32, {kElements}));
+      }
+      auto done = job.at(rank).submit_group(std::move(group));
+      ASSERT_TRUE(done.ok()) << done.status().to_string();
+      for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
+      for (int64_t i = 0; i < 4 * kElements; ++i) {
+        ASSERT_EQ(recv[i], static_cast<int32_t>(2 * (i + step) + 1)) << "element " << i;
+      }
     }
     const FakeRank& fake = *job.data_ranks[static_cast<size_t>(rank)];
     direct[static_cast<size_t>(rank)] =
         fake.last_allreduce_send == buffer.data() && fake.last_allreduce_recv == recv;
   });
-  EXPECT_EQ(job.data_allreduces(), 1);
+  EXPECT_EQ(job.data_allreduces(), steps + (cache_full ? 1 : 0));
   EXPECT_EQ(direct[0], direct[1]);
   return direct[0];
 }
@@ -377,6 +388,12 @@ bool reduced_where_they_lie(int recv_offset) {
 TEST(Scheduler, TensorsEndToEndInMemoryAreReducedWhereTheyLie) {
   EXPECT_TRUE(reduced_where_they_lie(-1));  // out of place, both sides end to end
   EXPECT_TRUE(reduced_where_they_lie(0));   // in place
+}
+
+TEST(Scheduler, CachedTensorsEndToEndAreReducedWhereTheyLieWhateverBitsTheyHold) {
+  EXPECT_TRUE(reduced_where_they_lie(-1, 3));
+  EXPECT_TRUE(reduced_where_they_lie(-1, 3, true));
+  EXPECT_TRUE(reduced_where_they_lie(0, 3, true));
 }
 
 TEST(Scheduler, OutputsOverlappingInputsInPartGoThroughTheFusionBuffer) {
