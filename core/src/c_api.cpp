@@ -128,6 +128,7 @@ hvd::Status submission_of(const hvd_tensor& t, Submission* s) {
   if (t.placement != nullptr) {
     spec.memory = t.placement->memory_type;
     spec.device = t.placement->device;
+    s->stream = t.placement->stream;
   }
   return hvd::Status::success();
 }
@@ -185,6 +186,7 @@ hvd::Status through_scheduler(hvd_comm* comm, OpType type, const hvd_collective_
   s.spec.root = a.root;
   s.spec.memory = a.memory_type;
   s.spec.device = a.device;
+  s.stream = a.stream;
   if (a.recv_counts != nullptr) {  // allgatherv: recv holds the counts' sum
     const int size = comm->impl->world().size;
     uint64_t total = 0;

@@ -27,6 +27,9 @@ class Collectives {
   virtual ~Collectives() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Whether CUDA memory goes to the backend as it is (NCCL). Where not, a collective on CUDA
+  // memory runs in host memory, staged (device_memory.hpp); it is blocking then.
+  virtual bool takes_cuda_memory() const { return false; }
   // args.struct_size set; blocking for host memory, as the plugin ABI.
   virtual Status allreduce(const hvd_collective_args& args) = 0;
   virtual Status allgather(const hvd_collective_args& args) = 0;

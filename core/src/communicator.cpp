@@ -1,5 +1,6 @@
 #include "communicator.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -275,6 +276,7 @@ struct Communicator::Services {
 Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& options,
                                                            const EnvLookup& env) {
   std::unique_ptr<Communicator> comm(new Communicator);
+  comm->device_memory_ = options.device_memory ? options.device_memory : &cuda_memory();
   HVD_ASSIGN_OR_RETURN(comm->world_, discover_world(env));
   const World& world = comm->world_;
   set_log_rank(world.rank);
@@ -467,7 +469,8 @@ Status Communicator::validate(const char* what, const hvd_collective_args& a, bo
     return invalid("count " + std::to_string(a.count) + " overflows the buffer size");
   }
   if (a.recv_counts != nullptr) {
-    if ((plugin_.capabilities & HVD_CAP_ALLGATHERV) == 0 && a.memory_type != HVD_MEMORY_HOST) {
+    if ((plugin_.capabilities & HVD_CAP_ALLGATHERV) == 0 && a.memory_type != HVD_MEMORY_HOST &&
+        !stages(a)) {
       return error(HVD_ERR_UNSUPPORTED,
                    std::string(what) + ": backend '" + plugin_.name +
                        "' has no allgatherv for device memory (capabilities: " +
@@ -494,8 +497,9 @@ Status Communicator::validate(const char* what, const hvd_collective_args& a, bo
   if (a.memory_type != HVD_MEMORY_HOST && !cuda) {
     return invalid("memory type " + std::to_string(a.memory_type) + " is not an hvd_memory_type");
   }
-  const uint64_t needed = cuda ? HVD_CAP_CUDA_MEMORY : HVD_CAP_HOST_MEMORY;
-  if ((plugin_.capabilities & needed) == 0) {
+  // CUDA memory goes to a backend that takes it, or is staged through host memory.
+  const uint64_t takes = cuda ? HVD_CAP_CUDA_MEMORY | HVD_CAP_HOST_MEMORY : HVD_CAP_HOST_MEMORY;
+  if ((plugin_.capabilities & takes) == 0) {
     return error(HVD_ERR_UNSUPPORTED, std::string(what) + ": backend '" + plugin_.name +
                                           "' does not take " + (cuda ? "CUDA" : "host") +
                                           " memory (capabilities: " +
@@ -504,13 +508,68 @@ Status Communicator::validate(const char* what, const hvd_collective_args& a, bo
   return Status::success();
 }
 
+template <typename Run>
+Status Communicator::staged(const char* what, const hvd_collective_args& a, uint64_t in_offset,
+                            uint64_t in_bytes, uint64_t out_bytes, Run&& run) {
+  const auto failed = [&](const Status& s) {
+    return error(s.code(), std::string(what) +
+                               ": staging CUDA memory through host memory for "
+                               "backend '" +
+                               plugin_.name + "': " + s.message());
+  };
+  if (staging_.size() < std::max(in_offset + in_bytes, out_bytes)) {
+    staging_.resize(std::max(in_offset + in_bytes, out_bytes));
+  }
+  char* stage = staging_.data();
+  // The copies are ordered after the caller's work on its stream, and waited for: the input must
+  // be in host memory before the backend reads it, and the staging buffer serves the next call.
+  // A rank whose copy fails leaves its peers in the collective, to time out as with any rank that
+  // fails outside it.
+  if (in_bytes > 0) {
+    Status s = device_memory_->copy(stage + in_offset, a.sendbuf, in_bytes, a.device, a.stream);
+    if (s.ok()) s = device_memory_->synchronize(a.device, a.stream);
+    if (!s.ok()) return failed(s);
+  }
+  hvd_collective_args host = a;
+  host.memory_type = HVD_MEMORY_HOST;
+  host.device = -1;
+  host.stream = nullptr;
+  host.sendbuf = stage + in_offset;
+  host.recvbuf = stage;
+  HVD_RETURN_IF_ERROR(run(host));
+  if (out_bytes == 0) return Status::success();
+  Status s = device_memory_->copy(a.recvbuf, stage, out_bytes, a.device, a.stream);
+  if (s.ok()) s = device_memory_->synchronize(a.device, a.stream);
+  return s.ok() ? s : failed(s);
+}
+
 Status Communicator::allreduce(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate("allreduce", args, /*uses_op=*/true, /*uses_root=*/false));
+  if (stages(args)) {
+    const uint64_t bytes = args.count * hvd_dtype_size(args.dtype);
+    return staged("allreduce", args, 0, bytes, bytes,
+                  [&](const hvd_collective_args& host) { return allreduce(host); });
+  }
   return call_backend("allreduce", [&] { return plugin_.table->allreduce(backend_, &args); });
 }
 
 Status Communicator::allgather(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate("allgather", args, /*uses_op=*/false, /*uses_root=*/false));
+  if (stages(args)) {
+    const size_t element = hvd_dtype_size(args.dtype);
+    uint64_t before = static_cast<uint64_t>(world_.rank) * args.count;  // this rank's offset
+    uint64_t total = static_cast<uint64_t>(world_.size) * args.count;
+    if (args.recv_counts != nullptr) {
+      before = 0;
+      total = 0;
+      for (int r = 0; r < world_.size; ++r) {
+        if (r < world_.rank) before += args.recv_counts[r];
+        total += args.recv_counts[r];
+      }
+    }
+    return staged("allgather", args, before * element, args.count * element, total * element,
+                  [&](const hvd_collective_args& host) { return allgather(host); });
+  }
   if (args.recv_counts == nullptr || (plugin_.capabilities & HVD_CAP_ALLGATHERV) != 0) {
     return call_backend("allgather", [&] { return plugin_.table->allgather(backend_, &args); });
   }
@@ -537,6 +596,11 @@ Status Communicator::allgather(const hvd_collective_args& args) {
 
 Status Communicator::broadcast(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate("broadcast", args, /*uses_op=*/false, /*uses_root=*/true));
+  if (stages(args)) {
+    const uint64_t bytes = args.count * hvd_dtype_size(args.dtype);
+    return staged("broadcast", args, 0, args.root == world_.rank ? bytes : 0, bytes,
+                  [&](const hvd_collective_args& host) { return broadcast(host); });
+  }
   return call_backend("broadcast", [&] { return plugin_.table->broadcast(backend_, &args); });
 }
 

@@ -8,8 +8,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "collectives.hpp"
+#include "device_memory.hpp"
 #include "env.hpp"
 #include "hvd/backend.h"
 #include "hvd/sdk/result.hpp"
@@ -24,6 +26,9 @@ struct CommOptions {
   // Why this communicator exists, when it is not the job's own ("bootstrap for gloo"): part of
   // the agreement, so that ranks doing different things fail together instead of deadlocking.
   std::string purpose;
+  // How CUDA memory is staged for a backend that takes host memory only (null: the CUDA
+  // runtime's); a test's fake where there is no GPU. It must outlive the communicator.
+  DeviceMemory* device_memory = nullptr;
 };
 
 class Communicator final : public Collectives {
@@ -40,6 +45,9 @@ class Communicator final : public Collectives {
   Status allreduce(const hvd_collective_args& args) override;
   Status allgather(const hvd_collective_args& args) override;
   Status broadcast(const hvd_collective_args& args) override;
+  bool takes_cuda_memory() const override {
+    return (plugin_.capabilities & HVD_CAP_CUDA_MEMORY) != 0;
+  }
   int rank() const override { return world_.rank; }
   int size() const override { return world_.size; }
   Status barrier();
@@ -58,6 +66,15 @@ class Communicator final : public Collectives {
                   bool uses_root) const;
   template <typename Fn>
   Status call_backend(const char* what, Fn&& fn);
+  // Runs `run` on `a` moved to host memory: this rank's input (`in_bytes` of a.sendbuf) is
+  // copied to `in_offset` of the staging buffer, and the result (its first `out_bytes`) back to
+  // a.recvbuf.
+  template <typename Run>
+  Status staged(const char* what, const hvd_collective_args& a, uint64_t in_offset,
+                uint64_t in_bytes, uint64_t out_bytes, Run&& run);
+  bool stages(const hvd_collective_args& a) const {
+    return a.memory_type == HVD_MEMORY_CUDA && !takes_cuda_memory();
+  }
 
   World world_;
   Plugin plugin_;
@@ -66,6 +83,8 @@ class Communicator final : public Collectives {
   std::unique_ptr<KvStore> store_;
   std::unique_ptr<Services> services_;
   hvd_backend_comm* backend_ = nullptr;
+  DeviceMemory* device_memory_ = nullptr;
+  std::vector<char> staging_;  // grows, never shrinks
 };
 
 }  // namespace hvd::core

@@ -59,6 +59,7 @@ hvd_collective_args args_for(const Submission& s, const void* send, void* recv, 
   a.root = s.spec.root;
   a.memory_type = s.spec.memory;
   a.device = s.spec.device;
+  a.stream = s.stream;
   return a;
 }
 
@@ -197,7 +198,9 @@ Scheduler::Scheduler(Collectives& data, Collectives& control, SchedulerOptions o
     : data_(data),
       control_(control),
       options_(std::move(options)),
-      negotiator_(control.rank(), control.size(), options_.cache_capacity) {}
+      negotiator_(control.rank(), control.size(), options_.cache_capacity) {
+  if (options_.device_memory == nullptr) options_.device_memory = &cuda_memory();
+}
 
 Scheduler::~Scheduler() {
   shutdown();
@@ -267,8 +270,12 @@ Status Scheduler::prepare(Submission& s) const {
       return invalid(std::string("scale factors need a floating-point dtype, not ") +
                      hvd_dtype_name(spec.dtype));
     }
-    if (factor != 1 && spec.memory != HVD_MEMORY_HOST)
-      return invalid("scale factors on CUDA tensors are not supported yet");
+    // Staged tensors are scaled in the fusion buffer; hvd has no device kernels yet.
+    if (factor != 1 && spec.memory != HVD_MEMORY_HOST && !staged(spec)) {
+      return invalid(
+          "scale factors on CUDA tensors are not supported yet on a backend that "
+          "takes CUDA memory");
+    }
   }
   return Status::success();
 }
@@ -568,10 +575,17 @@ void Scheduler::execute(std::vector<Verdict> ready) {
       continue;
     }
     const TensorSpec& s = e.what.spec;
-    const bool fusable = s.type == OpType::kAllreduce && s.memory == HVD_MEMORY_HOST &&
+    const bool in_host_memory = s.memory == HVD_MEMORY_HOST || staged(s);
+    const bool fusable = s.type == OpType::kAllreduce && in_host_memory &&
                          options_.fusion_threshold > 0 && e.bytes() <= options_.fusion_threshold;
     if (!fusable) {
-      run_alone(e);
+      // A staged allreduce goes through the fusion buffer even alone: that is its host memory.
+      std::vector<Entry*> alone{&e};
+      if (s.type == OpType::kAllreduce && staged(s)) {
+        run_fused(alone);
+      } else {
+        run_alone(e);
+      }
       continue;
     }
     auto it = std::find_if(open.begin(), open.end(),
@@ -606,14 +620,38 @@ Pointer Scheduler::end_to_end(const std::vector<Entry*>& batch, Pointer Submissi
   return static_cast<Pointer>(const_cast<char*>(start));
 }
 
+Status Scheduler::stage(const std::vector<Entry*>& batch, bool in) {
+  DeviceMemory& device = *options_.device_memory;
+  const int32_t ordinal = batch.front()->what.spec.device;  // a batch is on one device
+  std::vector<void*> streams;                               // the batch's, each waited for once
+  uint64_t offset = 0;
+  for (const Entry* e : batch) {
+    const Submission& w = e->what;
+    char* host = fusion_buffer_.data() + offset;
+    offset += e->bytes();
+    const Status s = in ? device.copy(host, w.send, e->bytes(), ordinal, w.stream)
+                        : device.copy(w.recv, host, e->bytes(), ordinal, w.stream);
+    if (!s.ok()) return error(s.code(), "staging CUDA tensors in host memory: " + s.message());
+    if (std::find(streams.begin(), streams.end(), w.stream) == streams.end()) {
+      streams.push_back(w.stream);
+    }
+  }
+  for (void* stream : streams) {
+    const Status s = device.synchronize(ordinal, stream);
+    if (!s.ok()) return error(s.code(), "staging CUDA tensors in host memory: " + s.message());
+  }
+  return Status::success();
+}
+
 void Scheduler::run_fused(std::vector<Entry*>& batch) {
   if (batch.empty()) return;
-  if (batch.size() == 1) {
+  const TensorSpec& s = batch.front()->what.spec;
+  const bool staged_batch = staged(s);
+  if (batch.size() == 1 && !staged_batch) {
     run_alone(*batch.front());
     batch.clear();
     return;
   }
-  const TensorSpec& s = batch.front()->what.spec;
   const size_t element = hvd_dtype_size(s.dtype);
   uint64_t total = 0;
   for (Entry* e : batch) total += e->bytes();
@@ -622,8 +660,10 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
   // lie, and each side that is not needs the fusion buffer. Every rank decides for itself: the
   // elements are in the same order either way. Inputs and outputs that overlap only in part
   // would be read after being written, so they take the buffer.
-  const void* send = s.prescale == 1 ? end_to_end(batch, &Submission::send) : nullptr;
-  void* recv = s.postscale == 1 ? end_to_end(batch, &Submission::recv) : nullptr;
+  // CUDA tensors on a backend that takes host memory only always go through the (host) buffer.
+  const void* send =
+      s.prescale == 1 && !staged_batch ? end_to_end(batch, &Submission::send) : nullptr;
+  void* recv = s.postscale == 1 && !staged_batch ? end_to_end(batch, &Submission::recv) : nullptr;
   if (send != nullptr && recv != nullptr && send != recv) {
     const auto* a = static_cast<const char*>(send);
     const auto* b = static_cast<const char*>(recv);
@@ -635,25 +675,46 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
 
   const auto copy_in = Clock::now();
   const bool copied_in = send == nullptr;
+  char* buffer = fusion_buffer_.data();
+  const uint64_t count = total / element;
+  Status status;
   if (copied_in) {
-    uint64_t offset = 0;
-    for (Entry* e : batch) {
-      scale(fusion_buffer_.data() + offset, e->what.send, e->elements, s.dtype, s.prescale);
-      offset += e->bytes();
+    if (staged_batch) {
+      status = stage(batch, /*in=*/true);
+      if (status.ok()) scale(buffer, buffer, count, s.dtype, s.prescale);
+    } else {
+      uint64_t offset = 0;
+      for (Entry* e : batch) {
+        scale(buffer + offset, e->what.send, e->elements, s.dtype, s.prescale);
+        offset += e->bytes();
+      }
     }
-    send = fusion_buffer_.data();
+    send = buffer;
   }
   const bool copy_back = recv == nullptr;
-  if (copy_back) recv = fusion_buffer_.data();
+  if (copy_back) recv = buffer;
   const auto reduce = Clock::now();
-  const Status status = data_.allreduce(args_for(batch.front()->what, send, recv, total / element));
-  ++backend_calls_;
+  if (status.ok()) {
+    hvd_collective_args a = args_for(batch.front()->what, send, recv, count);
+    if (staged_batch) {  // the backend sees host memory
+      a.memory_type = HVD_MEMORY_HOST;
+      a.device = -1;
+      a.stream = nullptr;
+    }
+    status = data_.allreduce(a);
+    ++backend_calls_;
+  }
   const auto copy_out = Clock::now();
   if (status.ok() && copy_back) {
-    uint64_t offset = 0;
-    for (Entry* e : batch) {
-      scale(e->what.recv, fusion_buffer_.data() + offset, e->elements, s.dtype, s.postscale);
-      offset += e->bytes();
+    if (staged_batch) {
+      scale(buffer, buffer, count, s.dtype, s.postscale);
+      status = stage(batch, /*in=*/false);
+    } else {
+      uint64_t offset = 0;
+      for (Entry* e : batch) {
+        scale(e->what.recv, buffer + offset, e->elements, s.dtype, s.postscale);
+        offset += e->bytes();
+      }
     }
   }
   const auto end = Clock::now();

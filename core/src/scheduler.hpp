@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "collectives.hpp"
+#include "device_memory.hpp"
 #include "env.hpp"
 #include "hvd/backend.h"
 #include "hvd/sdk/result.hpp"
@@ -39,6 +40,9 @@ struct SchedulerOptions {
   bool timeline_mark_cycles = false;                // HVD_TIMELINE_MARK_CYCLES
   std::chrono::duration<double> stall_check{60};    // HVD_STALL_CHECK_TIME_SECONDS (0: off)
   std::chrono::duration<double> stall_shutdown{0};  // HVD_STALL_SHUTDOWN_TIME_SECONDS (0: off)
+  // How CUDA tensors are staged through the fusion buffer for a backend that takes host memory
+  // only (null: the CUDA runtime's); a test's fake where there is no GPU.
+  DeviceMemory* device_memory = nullptr;
 
   // The knobs above, or HOROVOD_* spellings; a malformed value is an error naming it.
   static Result<SchedulerOptions> from_env(const EnvLookup& env);
@@ -93,7 +97,8 @@ struct Submission {
   std::string name;
   TensorSpec spec;  // group fields and the output capacity are filled in at submission
   const void* send = nullptr;
-  void* recv = nullptr;  // an allgather's may be NULL: hvd allocates the output
+  void* recv = nullptr;    // an allgather's may be NULL: hvd allocates the output
+  void* stream = nullptr;  // CUDA tensors: the cudaStream_t their buffers are ordered on
 };
 
 class Scheduler {
@@ -169,7 +174,13 @@ class Scheduler {
   Result<std::vector<std::vector<Request>>> gather(const std::vector<Request>& mine);
   void stall_check(Timeline::Clock::time_point now);
   void execute(std::vector<Verdict> ready);
+  // Whether a tensor is a CUDA one that the data backend takes in host memory only.
+  bool staged(const TensorSpec& spec) const {
+    return spec.memory == HVD_MEMORY_CUDA && !data_.takes_cuda_memory();
+  }
   void run_fused(std::vector<Entry*>& batch);
+  // Copies each entry's device buffer to or from its place in the fusion buffer, then waits.
+  Status stage(const std::vector<Entry*>& batch, bool in);
   void run_alone(Entry& e);
   Status run_allgather(Entry& e);
   void finish(Entry* e, const Status& status);

@@ -9,7 +9,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
+
+#ifdef HVD_TEST_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "hvd/hvd.hpp"
 #include "hvd/reduce.h"
@@ -413,15 +418,103 @@ TEST(Errors, InconsistentAllgathervCountsAreRejected) {
   EXPECT_EQ(s.message(), "allgatherv: recv_counts is NULL");
 }
 
-TEST(Errors, CudaMemoryOnAHostOnlyBackendIsUnsupported) {
-  if ((g_comm->capabilities() & HVD_CAP_CUDA_MEMORY) != 0) {
-    GTEST_SKIP() << "backend '" << g_comm->backend() << "' takes CUDA memory";
+// ---- CUDA memory on a backend that takes host memory only: staged through host memory ----------
+
+#ifdef HVD_TEST_WITH_CUDA
+// How many CUDA devices this process sees, and the runtime's reason where it sees none.
+std::pair<int, std::string> cuda_devices() {
+  int devices = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&devices);  // leaves `devices` alone on failure
+  if (rc != cudaSuccess) return {0, cudaGetErrorString(rc)};
+  return {devices, devices == 0 ? "no CUDA device" : ""};
+}
+
+// Device memory for a test, copied to and from host Buffers; freed at scope exit.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(const Buffer& like) : bytes_(like.bytes().size()) {
+    EXPECT_EQ(cudaMalloc(&data_, bytes_), cudaSuccess);
   }
+  ~DeviceBuffer() { cudaFree(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() { return data_; }
+  void from(Buffer& host) {
+    EXPECT_EQ(cudaMemcpy(data_, host.data(), bytes_, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void to(Buffer& host) {
+    EXPECT_EQ(cudaMemcpy(host.data(), data_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+
+ private:
+  size_t bytes_;
+  void* data_ = nullptr;
+};
+#endif
+
+bool takes_cuda_memory() { return (g_comm->capabilities() & HVD_CAP_CUDA_MEMORY) != 0; }
+
+TEST(CudaMemory, WithoutAGpuStagingFailsWithTheRuntimesReasonOnEveryRank) {
+  if (takes_cuda_memory())
+    GTEST_SKIP() << "backend '" << g_comm->backend() << "' takes CUDA memory";
+#ifdef HVD_TEST_WITH_CUDA
+  if (cuda_devices().first > 0) GTEST_SKIP() << "a CUDA device is present";
+#endif
   int32_t value = 1;
   const hvd_placement cuda{sizeof(hvd_placement), HVD_MEMORY_CUDA, 0, nullptr};
-  hvd::Status s = g_comm->allreduce(&value, &value, 1, HVD_INT32, HVD_SUM, &cuda);
-  EXPECT_EQ(s.code(), HVD_ERR_UNSUPPORTED);
-  EXPECT_NE(s.message().find("does not take CUDA memory"), std::string::npos) << s.message();
+  const hvd::Status s = g_comm->allreduce(&value, &value, 1, HVD_INT32, HVD_SUM, &cuda);
+  EXPECT_NE(s.code(), HVD_SUCCESS);
+  const std::string prefix = "allreduce: staging CUDA memory through host memory for backend '" +
+                             std::string(g_comm->backend()) + "': ";
+  EXPECT_EQ(s.message().rfind(prefix, 0), 0u) << s.message();
+  // Every rank failed before the collective, so the job goes on.
+  EXPECT_TRUE(g_comm->allreduce(&value, &value, 1, HVD_INT32, HVD_SUM).ok());
+}
+
+TEST(CudaMemory, StagedThroughHostMemoryEveryCollectiveIsExact) {
+  if (takes_cuda_memory())
+    GTEST_SKIP() << "backend '" << g_comm->backend() << "' takes CUDA memory";
+#ifndef HVD_TEST_WITH_CUDA
+  GTEST_SKIP() << "built without the CUDA toolkit";
+#else
+  const auto [devices, why] = cuda_devices();
+  if (devices == 0) GTEST_SKIP() << "no CUDA device here: " << why;
+  const int device = g_comm->local_rank() % devices;
+  ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+  const hvd_placement cuda{sizeof(hvd_placement), HVD_MEMORY_CUDA, device, nullptr};
+  const int rank = g_comm->rank();
+  const int size = g_comm->size();
+  for (uint64_t count : counts()) {
+    const std::string at =
+        " of " + std::to_string(count) + " on CUDA device " + std::to_string(device);
+    Buffer in(HVD_INT32, count), out(HVD_INT32, count * static_cast<uint64_t>(size));
+    DeviceBuffer d_in(in), d_out(out);
+
+    for (uint64_t i = 0; i < count; ++i) in.set(i, input(HVD_SUM, HVD_INT32, rank, size, i));
+    d_in.from(in);
+    ASSERT_TRUE(
+        g_comm->allreduce(d_in.data(), d_out.data(), count, HVD_INT32, HVD_SUM, &cuda).ok());
+    d_out.to(out);
+    expect_values(
+        out, count, [&](uint64_t i) { return expected_reduction(HVD_SUM, HVD_INT32, size, i); },
+        "allreduce" + at);
+
+    for (uint64_t i = 0; i < count; ++i) in.set(i, gather_value(HVD_INT32, rank, i));
+    d_in.from(in);
+    ASSERT_TRUE(g_comm->allgather(d_in.data(), d_out.data(), count, HVD_INT32, &cuda).ok());
+    d_out.to(out);
+    expect_values(
+        out, count * static_cast<uint64_t>(size),
+        [&](uint64_t i) { return gather_value(HVD_INT32, static_cast<int>(i / count), i % count); },
+        "allgather" + at);
+
+    const int root = size - 1;
+    ASSERT_TRUE(g_comm->broadcast(d_in.data(), d_out.data(), count, HVD_INT32, root, &cuda).ok());
+    d_out.to(out);
+    expect_values(
+        out, count, [&](uint64_t i) { return gather_value(HVD_INT32, root, i); }, "broadcast" + at);
+  }
+#endif
 }
 
 }  // namespace

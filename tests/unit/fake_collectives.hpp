@@ -12,10 +12,12 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "collectives.hpp"
+#include "device_memory.hpp"
 #include "hvd/reduce.h"
 
 namespace hvd::testing {
@@ -119,16 +121,21 @@ class FakeWorld {
 };
 
 // One rank of a FakeWorld. Counts the calls it gets, by kind, and keeps the last allreduce's
-// buffers.
+// buffers and memory type. With `takes_cuda`, it takes CUDA memory as it is, as NCCL does (the
+// "device" buffers of these tests are host memory).
 class FakeRank final : public core::Collectives {
  public:
-  FakeRank(FakeWorld& world, int rank) : world_(world), rank_(rank) {}
+  FakeRank(FakeWorld& world, int rank, bool takes_cuda = false)
+      : world_(world), rank_(rank), takes_cuda_(takes_cuda) {}
+  bool takes_cuda_memory() const override { return takes_cuda_; }
   int rank() const override { return rank_; }
   int size() const override { return world_.size(); }
   Status allreduce(const hvd_collective_args& a) override {
     ++allreduces;
     last_allreduce_send = a.sendbuf;
     last_allreduce_recv = a.recvbuf;
+    last_allreduce_memory = a.memory_type;
+    last_allreduce_stream = a.stream;
     return world_.run(rank_, FakeWorld::kAllreduce, a);
   }
   Status allgather(const hvd_collective_args& a) override {
@@ -143,10 +150,47 @@ class FakeRank final : public core::Collectives {
   std::atomic<int> allreduces{0}, allgathers{0}, broadcasts{0};
   std::atomic<const void*> last_allreduce_send{nullptr};
   std::atomic<void*> last_allreduce_recv{nullptr};
+  std::atomic<hvd_memory_type> last_allreduce_memory{HVD_MEMORY_HOST};
+  std::atomic<void*> last_allreduce_stream{nullptr};
 
  private:
   FakeWorld& world_;
   int rank_;
+  bool takes_cuda_;
+};
+
+// CUDA memory where there is no GPU: "device" buffers are host memory. Counts the copies and
+// bytes each way, and which streams were left with copies not waited for. With `fail`, every
+// call fails, as the CUDA runtime does without a driver.
+class FakeDeviceMemory final : public core::DeviceMemory {
+ public:
+  Status copy(void* dst, const void* src, size_t bytes, int32_t device, void* stream) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (fail) return Status(HVD_ERR_SYSTEM, "fake: no CUDA device");
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    ++copies;
+    bytes_copied += bytes;
+    devices.insert(device);
+    unsynchronized.insert(stream);
+    return Status::success();
+  }
+  Status synchronize(int32_t device, void* stream) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (fail) return Status(HVD_ERR_SYSTEM, "fake: no CUDA device");
+    devices.insert(device);
+    unsynchronized.erase(stream);
+    return Status::success();
+  }
+
+  // Read once the copies are done.
+  bool fail = false;
+  int copies = 0;
+  uint64_t bytes_copied = 0;
+  std::set<int32_t> devices;
+  std::set<void*> unsynchronized;
+
+ private:
+  std::mutex mutex_;
 };
 
 }  // namespace hvd::testing

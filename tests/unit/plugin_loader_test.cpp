@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
+#include "fake_collectives.hpp"
 #include "fake_env.hpp"
 
 #include "communicator.hpp"
@@ -151,6 +154,42 @@ TEST(Communicator, ASingleProcessNeedsNoRendezvous) {
   EXPECT_TRUE((*comm)->allreduce(args).ok());
   EXPECT_EQ(value, 41);
   EXPECT_TRUE((*comm)->barrier().ok());
+}
+
+TEST(Communicator, CudaMemoryOnAHostBackendIsStagedThroughHostMemory) {
+  hvd::testing::FakeDeviceMemory device;
+  CommOptions options;
+  options.backend = (kTestPlugins / "libhvd-backend-kvs.so").string();
+  options.device_memory = &device;
+  auto comm = Communicator::create(options, fake_env({}));
+  ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+  int stream;  // its address stands for a cudaStream_t
+  auto on_device = [&](const void* send, void* recv) {
+    hvd_collective_args a = host_args(send, recv, 3, HVD_INT32);
+    a.memory_type = HVD_MEMORY_CUDA;
+    a.device = 2;
+    a.stream = &stream;
+    return a;
+  };
+  const std::vector<int32_t> in{7, -1, 5};
+  std::vector<int32_t> reduced(3), gathered(3), broadcast(3);
+  ASSERT_TRUE((*comm)->allreduce(on_device(in.data(), reduced.data())).ok());
+  ASSERT_TRUE((*comm)->allgather(on_device(in.data(), gathered.data())).ok());
+  ASSERT_TRUE((*comm)->broadcast(on_device(in.data(), broadcast.data())).ok());
+  EXPECT_EQ(reduced, in);
+  EXPECT_EQ(gathered, in);
+  EXPECT_EQ(broadcast, in);
+  EXPECT_EQ(device.copies, 6);  // each in and out
+  EXPECT_EQ(device.bytes_copied, 6 * 3 * sizeof(int32_t));
+  EXPECT_EQ(device.devices, std::set<int32_t>{2});
+  EXPECT_TRUE(device.unsynchronized.empty());
+
+  device.fail = true;  // as without a GPU
+  const Status s = (*comm)->allreduce(on_device(in.data(), reduced.data()));
+  EXPECT_EQ(s.code(), HVD_ERR_SYSTEM);
+  EXPECT_EQ(s.message(),
+            "allreduce: staging CUDA memory through host memory for backend 'kvs': fake: no CUDA "
+            "device");
 }
 
 TEST(Communicator, SeveralRanksWithoutRendezvousIsAClearError) {

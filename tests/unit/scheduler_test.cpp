@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "fake_collectives.hpp"
@@ -22,6 +23,7 @@ using hvd::core::SchedulerOptions;
 using hvd::core::Submission;
 using hvd::core::TensorSpec;
 using hvd::testing::data_for;
+using hvd::testing::FakeDeviceMemory;
 using hvd::testing::FakeRank;
 using hvd::testing::FakeWorld;
 using hvd::testing::random_tensors;
@@ -37,15 +39,19 @@ SchedulerOptions fast_options() {
 }
 
 // N ranks, each with its own scheduler over separate data and control fakes (so the tests can
-// count the data path's calls).
+// count the data path's calls) and its own fake CUDA memory. With `data_takes_cuda`, the data
+// backend takes CUDA memory as it is; otherwise CUDA tensors are staged through host memory.
 class Job {
  public:
-  Job(int size, SchedulerOptions options) : data_(size), control_(size) {
+  Job(int size, SchedulerOptions options, bool data_takes_cuda = false)
+      : data_(size), control_(size) {
     for (int r = 0; r < size; ++r) {
-      data_ranks.push_back(std::make_unique<FakeRank>(data_, r));
+      data_ranks.push_back(std::make_unique<FakeRank>(data_, r, data_takes_cuda));
       control_ranks.push_back(std::make_unique<FakeRank>(control_, r));
+      device_memory.push_back(std::make_unique<FakeDeviceMemory>());
     }
     for (int r = 0; r < size; ++r) {
+      options.device_memory = device_memory[static_cast<size_t>(r)].get();
       auto started = Scheduler::start(*data_ranks[static_cast<size_t>(r)],
                                       *control_ranks[static_cast<size_t>(r)], options);
       EXPECT_TRUE(started.ok()) << started.status().to_string();
@@ -83,6 +89,7 @@ class Job {
   int control_allgathers() const { return control_ranks[0]->allgathers; }
 
   std::vector<std::unique_ptr<FakeRank>> data_ranks, control_ranks;
+  std::vector<std::unique_ptr<FakeDeviceMemory>> device_memory;
   std::vector<std::unique_ptr<Scheduler>> schedulers;
 
  private:
@@ -434,6 +441,111 @@ TEST(Scheduler, ZeroSizeTensorsComplete) {
     EXPECT_TRUE((*a)->wait(kWait).ok());
     EXPECT_TRUE((*b)->wait(kWait).ok());
   });
+}
+
+// ---- CUDA tensors -----------------------------------------------------------------------------
+
+// Three ranks each submit `count` float32 CUDA tensors of 3 elements (on device 1, alternating
+// between two streams, factors 0.5 and 4) as one group, to a backend that takes host memory only.
+// Checks exact results and the staging: every tensor copied in and out on its device, every
+// stream waited for, the backend handed host memory. Returns the data allreduces per rank.
+int staged_cuda_allreduces(uint64_t threshold, int count) {
+  SchedulerOptions o = fast_options();
+  o.fusion_threshold = threshold;
+  Job job(3, o);
+  int streams[2];  // their addresses stand for two cudaStream_t
+  job.each([&](int rank) {
+    std::vector<std::vector<float>> in(static_cast<size_t>(count)), out(in.size());
+    std::vector<Submission> group;
+    for (int k = 0; k < count; ++k) {
+      const size_t i = static_cast<size_t>(k);
+      in[i].assign(3, static_cast<float>(2 * (rank + 1) + k));
+      out[i].assign(3, -1);
+      Submission s =
+          allreduce("cuda" + std::to_string(k), in[i].data(), out[i].data(), HVD_FLOAT32, {3});
+      s.spec.memory = HVD_MEMORY_CUDA;
+      s.spec.device = 1;
+      s.stream = &streams[k % 2];
+      s.spec.prescale = 0.5;
+      s.spec.postscale = 4;
+      group.push_back(std::move(s));
+    }
+    auto done = job.at(rank).submit_group(std::move(group));
+    ASSERT_TRUE(done.ok()) << done.status().to_string();
+    for (auto& c : *done) {
+      const Status status = c->wait(kWait);
+      ASSERT_TRUE(status.ok()) << status.to_string();
+    }
+    for (int k = 0; k < count; ++k) {
+      // ((2 + k) + (4 + k) + (6 + k)) x 0.5 x 4
+      for (float v : out[static_cast<size_t>(k)]) EXPECT_EQ(v, 24.0f + 6.0f * k) << "tensor " << k;
+    }
+    const FakeRank& backend = *job.data_ranks[static_cast<size_t>(rank)];
+    EXPECT_EQ(backend.last_allreduce_memory, HVD_MEMORY_HOST);
+    EXPECT_EQ(backend.last_allreduce_stream, nullptr);
+    const FakeDeviceMemory& device = *job.device_memory[static_cast<size_t>(rank)];
+    EXPECT_EQ(device.copies, 2 * count);
+    EXPECT_EQ(device.bytes_copied, 2u * static_cast<uint64_t>(count) * 3 * sizeof(float));
+    EXPECT_EQ(device.devices, std::set<int32_t>{1});
+    EXPECT_TRUE(device.unsynchronized.empty());
+  });
+  return job.data_allreduces();
+}
+
+TEST(Scheduler, CudaTensorsOnAHostBackendAreFusedInHostMemoryWithTheirScaleFactors) {
+  EXPECT_EQ(staged_cuda_allreduces(128 << 20, 5), 1);
+}
+
+TEST(Scheduler, CudaTensorsOnAHostBackendAreStagedOneByOneWhenTheyDoNotFuse) {
+  EXPECT_EQ(staged_cuda_allreduces(0, 5), 5);  // fusion off
+  EXPECT_EQ(staged_cuda_allreduces(8, 5), 5);  // 12 bytes each, over the threshold
+}
+
+TEST(Scheduler, ABackendThatTakesCudaMemoryGetsTheTensorsAsTheyAre) {
+  Job job(2, fast_options(), /*data_takes_cuda=*/true);
+  int stream;
+  job.each([&](int rank) {
+    std::vector<float> in(4, static_cast<float>(rank + 1)), out(4, 0);
+    Submission s = allreduce("native", in.data(), out.data(), HVD_FLOAT32, {4});
+    s.spec.memory = HVD_MEMORY_CUDA;
+    s.spec.device = 0;
+    s.stream = &stream;
+    Submission scaled = s;
+    scaled.name = "scaled";
+    scaled.spec.postscale = 2;
+    auto refused = job.at(rank).submit(std::move(scaled));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(refused.status().message(),
+              "ALLREDUCE 'scaled': scale factors on CUDA tensors are not supported yet on a "
+              "backend that takes CUDA memory");
+    const Status status = submit_and_wait(job.at(rank), std::move(s));
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    EXPECT_EQ(out, std::vector<float>(4, 3));
+    const FakeRank& backend = *job.data_ranks[static_cast<size_t>(rank)];
+    EXPECT_EQ(backend.last_allreduce_memory, HVD_MEMORY_CUDA);
+    EXPECT_EQ(backend.last_allreduce_stream, &stream);
+    EXPECT_EQ(job.device_memory[static_cast<size_t>(rank)]->copies, 0);
+  });
+}
+
+TEST(Scheduler, AStagingCopyThatFailsFailsItsTensorAndTheJobGoesOn) {
+  Job job(2, fast_options());
+  for (auto& device : job.device_memory) device->fail = true;
+  job.each([&](int rank) {
+    std::vector<float> in(2, 1), out(2, 0);
+    Submission s = allreduce("cuda", in.data(), out.data(), HVD_FLOAT32, {2});
+    s.spec.memory = HVD_MEMORY_CUDA;
+    s.spec.device = 0;
+    const Status failed = submit_and_wait(job.at(rank), std::move(s));
+    EXPECT_EQ(failed.code(), HVD_ERR_SYSTEM);
+    EXPECT_EQ(failed.message(), "staging CUDA tensors in host memory: fake: no CUDA device");
+    EXPECT_TRUE(
+        submit_and_wait(job.at(rank), allreduce("host", in.data(), out.data(), HVD_FLOAT32, {2}))
+            .ok());
+    EXPECT_EQ(out, std::vector<float>(2, 2));
+  });
+  EXPECT_EQ(job.data_allreduces(), 1);  // the CUDA tensor never reached the backend
 }
 
 // ---- allgather of different first dimensions ---------------------------------------------------

@@ -6,11 +6,13 @@
  *   hvd_finalize(comm);
  *
  * Every function returns a status; on error, hvd_last_error() holds the message for the calling
- * thread until its next hvd call. Collectives are blocking for host memory and must be called by
- * every rank in the same order (as with MPI and NCCL). A communicator may be used by one thread
- * at a time. Configuration comes from the environment: HVD_BACKEND, HVD_PLUGIN_PATH,
- * HVD_TIMEOUT, HVD_RENDEZVOUS_ADDR, HVD_SECRET, HVD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (set by
- * hvdrun) — see README.md. */
+ * thread until its next hvd call. Collectives must be called by every rank in the same order (as
+ * with MPI and NCCL). They are blocking for host memory, and for CUDA memory on a backend that
+ * takes host memory only (hvd stages it through host memory, after the work queued on the
+ * placement's stream); on a backend that takes CUDA memory they are ordered on that stream. A
+ * communicator may be used by one thread at a time. Configuration comes from the environment:
+ * HVD_BACKEND, HVD_PLUGIN_PATH, HVD_TIMEOUT, HVD_RENDEZVOUS_ADDR, HVD_SECRET,
+ * HVD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (set by hvdrun) — see README.md. */
 #ifndef HVD_HVD_H
 #define HVD_HVD_H
 
