@@ -579,9 +579,9 @@ void Scheduler::execute(std::vector<Verdict> ready) {
     const bool fusable = s.type == OpType::kAllreduce && in_host_memory &&
                          options_.fusion_threshold > 0 && e.bytes() <= options_.fusion_threshold;
     if (!fusable) {
-      // A staged allreduce goes through the fusion buffer even alone: that is its host memory.
-      std::vector<Entry*> alone{&e};
       if (s.type == OpType::kAllreduce && staged(s)) {
+        // Through the fusion buffer even alone: that is its host memory.
+        std::vector<Entry*> alone{&e};
         run_fused(alone);
       } else {
         run_alone(e);
@@ -624,6 +624,9 @@ Status Scheduler::stage(const std::vector<Entry*>& batch, bool in) {
   DeviceMemory& device = *options_.device_memory;
   const int32_t ordinal = batch.front()->what.spec.device;  // a batch is on one device
   std::vector<void*> streams;                               // the batch's, each waited for once
+  const auto failed = [](const Status& s) {
+    return error(s.code(), "staging CUDA tensors in host memory: " + s.message());
+  };
   uint64_t offset = 0;
   for (const Entry* e : batch) {
     const Submission& w = e->what;
@@ -631,14 +634,14 @@ Status Scheduler::stage(const std::vector<Entry*>& batch, bool in) {
     offset += e->bytes();
     const Status s = in ? device.copy(host, w.send, e->bytes(), ordinal, w.stream)
                         : device.copy(w.recv, host, e->bytes(), ordinal, w.stream);
-    if (!s.ok()) return error(s.code(), "staging CUDA tensors in host memory: " + s.message());
+    if (!s.ok()) return failed(s);
     if (std::find(streams.begin(), streams.end(), w.stream) == streams.end()) {
       streams.push_back(w.stream);
     }
   }
   for (void* stream : streams) {
     const Status s = device.synchronize(ordinal, stream);
-    if (!s.ok()) return error(s.code(), "staging CUDA tensors in host memory: " + s.message());
+    if (!s.ok()) return failed(s);
   }
   return Status::success();
 }
