@@ -512,10 +512,8 @@ template <typename Run>
 Status Communicator::staged(const char* what, const hvd_collective_args& a, uint64_t in_offset,
                             uint64_t in_bytes, uint64_t out_bytes, Run&& run) {
   const auto failed = [&](const Status& s) {
-    return error(s.code(), std::string(what) +
-                               ": staging CUDA memory through host memory for "
-                               "backend '" +
-                               plugin_.name + "': " + s.message());
+    const std::string why = ": staging CUDA memory through host memory for backend '";
+    return error(s.code(), what + why + plugin_.name + "': " + s.message());
   };
   if (staging_.size() < std::max(in_offset + in_bytes, out_bytes)) {
     staging_.resize(std::max(in_offset + in_bytes, out_bytes));
