@@ -30,6 +30,10 @@ class Collectives {
   // Whether CUDA memory goes to the backend as it is (NCCL). Where not, a collective on CUDA
   // memory runs in host memory, staged (device_memory.hpp); it is blocking then.
   virtual bool takes_cuda_memory() const { return false; }
+  // Whether a collective on this memory runs staged through host memory.
+  bool stages(hvd_memory_type memory) const {
+    return memory == HVD_MEMORY_CUDA && !takes_cuda_memory();
+  }
   // args.struct_size set; blocking for host memory, as the plugin ABI.
   virtual Status allreduce(const hvd_collective_args& args) = 0;
   virtual Status allgather(const hvd_collective_args& args) = 0;

@@ -470,7 +470,7 @@ Status Communicator::validate(const char* what, const hvd_collective_args& a, bo
   }
   if (a.recv_counts != nullptr) {
     if ((plugin_.capabilities & HVD_CAP_ALLGATHERV) == 0 && a.memory_type != HVD_MEMORY_HOST &&
-        !stages(a)) {
+        !stages(a.memory_type)) {
       return error(HVD_ERR_UNSUPPORTED,
                    std::string(what) + ": backend '" + plugin_.name +
                        "' has no allgatherv for device memory (capabilities: " +
@@ -524,8 +524,8 @@ Status Communicator::staged(const char* what, const hvd_collective_args& a, uint
   // A rank whose copy fails leaves its peers in the collective, to time out as with any rank that
   // fails outside it.
   if (in_bytes > 0) {
-    Status s = device_memory_->copy(stage + in_offset, a.sendbuf, in_bytes, a.device, a.stream);
-    if (s.ok()) s = device_memory_->synchronize(a.device, a.stream);
+    const Status s =
+        device_memory_->copy_and_wait(stage + in_offset, a.sendbuf, in_bytes, a.device, a.stream);
     if (!s.ok()) return failed(s);
   }
   hvd_collective_args host = a;
@@ -536,14 +536,13 @@ Status Communicator::staged(const char* what, const hvd_collective_args& a, uint
   host.recvbuf = stage;
   HVD_RETURN_IF_ERROR(run(host));
   if (out_bytes == 0) return Status::success();
-  Status s = device_memory_->copy(a.recvbuf, stage, out_bytes, a.device, a.stream);
-  if (s.ok()) s = device_memory_->synchronize(a.device, a.stream);
+  const Status s = device_memory_->copy_and_wait(a.recvbuf, stage, out_bytes, a.device, a.stream);
   return s.ok() ? s : failed(s);
 }
 
 Status Communicator::allreduce(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate("allreduce", args, /*uses_op=*/true, /*uses_root=*/false));
-  if (stages(args)) {
+  if (stages(args.memory_type)) {
     const uint64_t bytes = args.count * hvd_dtype_size(args.dtype);
     return staged("allreduce", args, 0, bytes, bytes,
                   [&](const hvd_collective_args& host) { return allreduce(host); });
@@ -553,7 +552,7 @@ Status Communicator::allreduce(const hvd_collective_args& args) {
 
 Status Communicator::allgather(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate("allgather", args, /*uses_op=*/false, /*uses_root=*/false));
-  if (stages(args)) {
+  if (stages(args.memory_type)) {
     const size_t element = hvd_dtype_size(args.dtype);
     uint64_t before = static_cast<uint64_t>(world_.rank) * args.count;  // this rank's offset
     uint64_t total = static_cast<uint64_t>(world_.size) * args.count;
@@ -594,7 +593,7 @@ Status Communicator::allgather(const hvd_collective_args& args) {
 
 Status Communicator::broadcast(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate("broadcast", args, /*uses_op=*/false, /*uses_root=*/true));
-  if (stages(args)) {
+  if (stages(args.memory_type)) {
     const uint64_t bytes = args.count * hvd_dtype_size(args.dtype);
     return staged("broadcast", args, 0, args.root == world_.rank ? bytes : 0, bytes,
                   [&](const hvd_collective_args& host) { return broadcast(host); });

@@ -72,9 +72,6 @@ class Communicator final : public Collectives {
   template <typename Run>
   Status staged(const char* what, const hvd_collective_args& a, uint64_t in_offset,
                 uint64_t in_bytes, uint64_t out_bytes, Run&& run);
-  bool stages(const hvd_collective_args& a) const {
-    return a.memory_type == HVD_MEMORY_CUDA && !takes_cuda_memory();
-  }
 
   World world_;
   Plugin plugin_;

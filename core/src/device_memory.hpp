@@ -22,6 +22,11 @@ class DeviceMemory {
   virtual Status copy(void* dst, const void* src, size_t bytes, int32_t device, void* stream) = 0;
   // Returns once the work queued on `stream` has completed.
   virtual Status synchronize(int32_t device, void* stream) = 0;
+  // copy(), then synchronize(): on success the copy has completed.
+  Status copy_and_wait(void* dst, const void* src, size_t bytes, int32_t device, void* stream) {
+    HVD_RETURN_IF_ERROR(copy(dst, src, bytes, device, stream));
+    return synchronize(device, stream);
+  }
 };
 
 // The CUDA runtime's. In a build without the CUDA toolkit every call fails, saying so.

@@ -271,7 +271,7 @@ Status Scheduler::prepare(Submission& s) const {
                      hvd_dtype_name(spec.dtype));
     }
     // Staged tensors are scaled in the fusion buffer; hvd has no device kernels yet.
-    if (factor != 1 && spec.memory != HVD_MEMORY_HOST && !staged(spec)) {
+    if (factor != 1 && spec.memory != HVD_MEMORY_HOST && !data_.stages(spec.memory)) {
       return invalid(
           "scale factors on CUDA tensors are not supported yet on a backend that "
           "takes CUDA memory");
@@ -575,11 +575,11 @@ void Scheduler::execute(std::vector<Verdict> ready) {
       continue;
     }
     const TensorSpec& s = e.what.spec;
-    const bool in_host_memory = s.memory == HVD_MEMORY_HOST || staged(s);
+    const bool in_host_memory = s.memory == HVD_MEMORY_HOST || data_.stages(s.memory);
     const bool fusable = s.type == OpType::kAllreduce && in_host_memory &&
                          options_.fusion_threshold > 0 && e.bytes() <= options_.fusion_threshold;
     if (!fusable) {
-      if (s.type == OpType::kAllreduce && staged(s)) {
+      if (s.type == OpType::kAllreduce && data_.stages(s.memory)) {
         // Through the fusion buffer even alone: that is its host memory.
         std::vector<Entry*> alone{&e};
         run_fused(alone);
@@ -649,7 +649,7 @@ Status Scheduler::stage(const std::vector<Entry*>& batch, bool in) {
 void Scheduler::run_fused(std::vector<Entry*>& batch) {
   if (batch.empty()) return;
   const TensorSpec& s = batch.front()->what.spec;
-  const bool staged_batch = staged(s);
+  const bool staged_batch = data_.stages(s.memory);
   if (batch.size() == 1 && !staged_batch) {
     run_alone(*batch.front());
     batch.clear();

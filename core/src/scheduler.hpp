@@ -174,10 +174,6 @@ class Scheduler {
   Result<std::vector<std::vector<Request>>> gather(const std::vector<Request>& mine);
   void stall_check(Timeline::Clock::time_point now);
   void execute(std::vector<Verdict> ready);
-  // Whether a tensor is a CUDA one that the data backend takes in host memory only.
-  bool staged(const TensorSpec& spec) const {
-    return spec.memory == HVD_MEMORY_CUDA && !data_.takes_cuda_memory();
-  }
   void run_fused(std::vector<Entry*>& batch);
   // Copies each entry's device buffer to or from its place in the fusion buffer, then waits.
   Status stage(const std::vector<Entry*>& batch, bool in);
