@@ -9,11 +9,11 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
-#include "communicator.hpp"
+#include "bootstrap/env.hpp"
+#include "bootstrap/rendezvous.hpp"
+#include "bootstrap/store.hpp"
 #include "direct.hpp"
-#include "env.hpp"
 #include "gloo_algorithms.hpp"
-#include "store.hpp"
 
 namespace hvd::bench {
 namespace {

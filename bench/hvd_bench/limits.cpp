@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "socket.hpp"
+#include "bootstrap/socket.hpp"
 
 #ifdef HVD_BENCH_WITH_CUDA
 #include <cuda_runtime_api.h>

@@ -13,14 +13,14 @@
 #include <functional>
 #include <set>
 
+#include "bootstrap/env.hpp"
 #include "buffer.hpp"
 #include "direct.hpp"
-#include "env.hpp"
 #include "fusion.hpp"
 #include "hvd/hvd.hpp"
 #include "limits.hpp"
+#include "loader/plugin_loader.hpp"
 #include "options.hpp"
-#include "plugin_loader.hpp"
 #include "report.hpp"
 
 namespace hvd::bench {

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "env.hpp"
+#include "bootstrap/env.hpp"
 
 namespace hvd::bench {
 namespace {

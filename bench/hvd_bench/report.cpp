@@ -1,6 +1,6 @@
 #include "report.hpp"
 
-#include "json.hpp"
+#include "common/json.hpp"
 
 #include <algorithm>
 #include <cmath>

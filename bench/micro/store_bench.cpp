@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "store.hpp"
+#include "bootstrap/store.hpp"
 
 namespace {
 

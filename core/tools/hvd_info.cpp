@@ -4,7 +4,7 @@
 #include <string>
 
 #include "hvd/backend.h"
-#include "plugin_loader.hpp"
+#include "loader/plugin_loader.hpp"
 
 using namespace hvd::core;
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "env.hpp"
-#include "store.hpp"
+#include "bootstrap/env.hpp"
+#include "bootstrap/store.hpp"
 
 extern char** environ;
 

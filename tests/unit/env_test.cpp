@@ -1,4 +1,4 @@
-#include "env.hpp"
+#include "bootstrap/env.hpp"
 
 #include <gtest/gtest.h>
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives.hpp"
-#include "device_memory.hpp"
+#include "comm/collectives.hpp"
+#include "comm/device_memory.hpp"
 #include "hvd/reduce.h"
 
 namespace hvd::testing {

@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "env.hpp"
+#include "bootstrap/env.hpp"
 
 namespace hvd::core {
 

@@ -1,4 +1,4 @@
-#include "plugin_loader.hpp"
+#include "loader/plugin_loader.hpp"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,8 @@
 #include "fake_collectives.hpp"
 #include "fake_env.hpp"
 
-#include "communicator.hpp"
+#include "comm/agreement.hpp"
+#include "comm/communicator.hpp"
 
 namespace hvd::core {
 namespace {

@@ -1,6 +1,6 @@
 // The fusion scheduler against ranks-as-threads (fake_collectives.hpp): negotiation in any
 // order, every mismatch kind, duplicates, the cache, fusion boundaries, stalls and shutdown.
-#include "scheduler.hpp"
+#include "scheduler/scheduler.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "store.hpp"
+#include "bootstrap/store.hpp"
 
 #include <gtest/gtest.h>
 

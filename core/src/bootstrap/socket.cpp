@@ -1,4 +1,4 @@
-#include "socket.hpp"
+#include "bootstrap/socket.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -1,6 +1,6 @@
-#include "timeline.hpp"
+#include "scheduler/timeline.hpp"
 
-#include "json.hpp"
+#include "common/json.hpp"
 
 #include <cerrno>
 #include <cstring>

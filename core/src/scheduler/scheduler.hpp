@@ -5,8 +5,8 @@
 // background thread takes what was submitted, agrees with the other ranks on what is ready
 // everywhere (negotiation.hpp), packs ready allreduces of one kind into a fusion buffer of up to
 // HVD_FUSION_THRESHOLD bytes, runs one backend collective per buffer, unpacks, and completes.
-#ifndef HVD_CORE_SCHEDULER_HPP
-#define HVD_CORE_SCHEDULER_HPP
+#ifndef HVD_CORE_SCHEDULER_SCHEDULER_HPP
+#define HVD_CORE_SCHEDULER_SCHEDULER_HPP
 
 #include <atomic>
 #include <chrono>
@@ -22,13 +22,13 @@
 #include <unordered_set>
 #include <vector>
 
-#include "collectives.hpp"
-#include "device_memory.hpp"
-#include "env.hpp"
+#include "bootstrap/env.hpp"
+#include "comm/collectives.hpp"
+#include "comm/device_memory.hpp"
 #include "hvd/backend.h"
 #include "hvd/sdk/result.hpp"
-#include "negotiation.hpp"
-#include "timeline.hpp"
+#include "scheduler/negotiation.hpp"
+#include "scheduler/timeline.hpp"
 
 namespace hvd::core {
 
@@ -223,4 +223,4 @@ class Scheduler {
 
 }  // namespace hvd::core
 
-#endif  // HVD_CORE_SCHEDULER_HPP
+#endif  // HVD_CORE_SCHEDULER_SCHEDULER_HPP

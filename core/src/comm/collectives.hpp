@@ -1,6 +1,6 @@
 // collectives.hpp — what runs a collective: a Communicator (one live backend), or a test's fake.
-#ifndef HVD_CORE_COLLECTIVES_HPP
-#define HVD_CORE_COLLECTIVES_HPP
+#ifndef HVD_CORE_COMM_COLLECTIVES_HPP
+#define HVD_CORE_COMM_COLLECTIVES_HPP
 
 #include "hvd/backend.h"
 #include "hvd/sdk/result.hpp"
@@ -42,4 +42,4 @@ class Collectives {
 
 }  // namespace hvd::core
 
-#endif  // HVD_CORE_COLLECTIVES_HPP
+#endif  // HVD_CORE_COMM_COLLECTIVES_HPP

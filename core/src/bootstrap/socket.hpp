@@ -1,6 +1,6 @@
 // socket.hpp — the few TCP operations hvd needs, each bounded by a deadline.
-#ifndef HVD_CORE_SOCKET_HPP
-#define HVD_CORE_SOCKET_HPP
+#ifndef HVD_CORE_BOOTSTRAP_SOCKET_HPP
+#define HVD_CORE_BOOTSTRAP_SOCKET_HPP
 
 #include <chrono>
 #include <cstdint>
@@ -71,4 +71,4 @@ Status recv_all(int fd, void* data, size_t size, Deadline deadline);
 
 }  // namespace hvd::core
 
-#endif  // HVD_CORE_SOCKET_HPP
+#endif  // HVD_CORE_BOOTSTRAP_SOCKET_HPP

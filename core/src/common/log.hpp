@@ -1,7 +1,7 @@
 // log.hpp — hvd's one logger: "[hvd rank R] level: message" on stderr, filtered by HVD_LOG_LEVEL
 // (error, warning [default], info, debug).
-#ifndef HVD_CORE_LOG_HPP
-#define HVD_CORE_LOG_HPP
+#ifndef HVD_CORE_COMMON_LOG_HPP
+#define HVD_CORE_COMMON_LOG_HPP
 
 #include <string>
 
@@ -15,4 +15,4 @@ void log(hvd_log_level level, const std::string& message);
 
 }  // namespace hvd::core
 
-#endif  // HVD_CORE_LOG_HPP
+#endif  // HVD_CORE_COMMON_LOG_HPP

@@ -1,6 +1,6 @@
 // env.hpp — reading hvd's configuration from the environment, and who this process is in the job.
-#ifndef HVD_CORE_ENV_HPP
-#define HVD_CORE_ENV_HPP
+#ifndef HVD_CORE_BOOTSTRAP_ENV_HPP
+#define HVD_CORE_BOOTSTRAP_ENV_HPP
 
 #include <chrono>
 #include <functional>
@@ -42,4 +42,4 @@ Result<std::chrono::milliseconds> timeout_from_env(const EnvLookup& env);
 
 }  // namespace hvd::core
 
-#endif  // HVD_CORE_ENV_HPP
+#endif  // HVD_CORE_BOOTSTRAP_ENV_HPP

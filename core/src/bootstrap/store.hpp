@@ -4,8 +4,8 @@
 // InMemoryStore serves single-process jobs and backs the TCP server. TcpStoreServer is what
 // hvdrun (or rank 0) hosts at HVD_RENDEZVOUS_ADDR; TcpStoreClient is how ranks reach it. Every
 // connection must present the job's secret first; every wait is bounded.
-#ifndef HVD_CORE_STORE_HPP
-#define HVD_CORE_STORE_HPP
+#ifndef HVD_CORE_BOOTSTRAP_STORE_HPP
+#define HVD_CORE_BOOTSTRAP_STORE_HPP
 
 #include <chrono>
 #include <condition_variable>
@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/socket.hpp"
 #include "hvd/sdk/result.hpp"
-#include "socket.hpp"
 
 namespace hvd::core {
 
@@ -97,4 +97,4 @@ class TcpStoreClient final : public KvStore {
 
 }  // namespace hvd::core
 
-#endif  // HVD_CORE_STORE_HPP
+#endif  // HVD_CORE_BOOTSTRAP_STORE_HPP

@@ -1,4 +1,4 @@
-#include "negotiation.hpp"
+#include "scheduler/negotiation.hpp"
 
 #include <algorithm>
 #include <cstdio>

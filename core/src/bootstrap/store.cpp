@@ -1,4 +1,4 @@
-#include "store.hpp"
+#include "bootstrap/store.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>

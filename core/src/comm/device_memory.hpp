@@ -4,8 +4,8 @@
 // stages them through a host buffer (the communicator for one call, the scheduler's fusion
 // buffer for fused allreduces). This is the one place that talks to the CUDA runtime for it, and
 // an interface so that the staging is unit-tested on machines without a GPU.
-#ifndef HVD_CORE_DEVICE_MEMORY_HPP
-#define HVD_CORE_DEVICE_MEMORY_HPP
+#ifndef HVD_CORE_COMM_DEVICE_MEMORY_HPP
+#define HVD_CORE_COMM_DEVICE_MEMORY_HPP
 
 #include <cstddef>
 #include <cstdint>
@@ -34,4 +34,4 @@ DeviceMemory& cuda_memory();
 
 }  // namespace hvd::core
 
-#endif  // HVD_CORE_DEVICE_MEMORY_HPP
+#endif  // HVD_CORE_COMM_DEVICE_MEMORY_HPP

@@ -1,63 +1,20 @@
-#include "communicator.hpp"
+#include "comm/communicator.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <optional>
-#include <sstream>
 
-#include "log.hpp"
+#include "comm/agreement.hpp"
+#include "comm/host_services.hpp"
+#include "common/log.hpp"
 
 namespace hvd::core {
 namespace {
 
-// What a plugin and the host services reported during this thread's current backend call. A
-// call that reports nothing touches only the flag (the cheapest TLS, no init guard): bench/micro
-// times every call.
-struct CallErrors {
-  std::string plugin;
-  std::string service;
-};
-thread_local CallErrors t_call_errors;
-__attribute__((tls_model("initial-exec"))) thread_local bool t_call_errors_set = false;
-
 // Each hvd_init of a process takes the next epoch; every rank inits the same number of times,
 // so keys of one init never collide with keys of an earlier one on the same store.
 std::atomic<int> g_epoch{0};
-
-std::string join_ranks(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out;
-}
-
-// Publish `value` as `key`/<rank> and collect every rank's, in rank order, within `timeout`.
-Result<std::vector<Bytes>> exchange(KvStore& store, const std::string& key, const Bytes& value,
-                                    const World& world, std::chrono::milliseconds timeout) {
-  HVD_RETURN_IF_ERROR(store.set(key + "/" + std::to_string(world.rank), value));
-  const Deadline deadline = deadline_after(timeout);
-  std::vector<Bytes> all(static_cast<size_t>(world.size));
-  for (int r = 0; r < world.size; ++r) {
-    const auto left =
-        std::max(std::chrono::milliseconds(0),
-                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-    Result<Bytes> got = store.get(key + "/" + std::to_string(r), left);
-    if (!got.ok()) {
-      if (got.status().code() == HVD_ERR_TIMEOUT) {
-        return error(HVD_ERR_TIMEOUT, "rank " + std::to_string(r) + " did not arrive within " +
-                                          std::to_string(timeout.count()) +
-                                          " ms (HVD_TIMEOUT): did it start, "
-                                          "and does it use the same HVD_RENDEZVOUS_ADDR?");
-      }
-      // Typically the rendezvous host (rank 0 or hvdrun) gave up or died first.
-      return got.status().with_context("while waiting for rank " + std::to_string(r) +
-                                       " to arrive");
-    }
-    all[static_cast<size_t>(r)] = std::move(got).value();
-  }
-  return all;
-}
 
 // A collective on `count` bytes of host memory (root 0): hvd's own control messages.
 hvd_collective_args host_bytes(const void* send, void* recv, uint64_t count) {
@@ -65,57 +22,6 @@ hvd_collective_args host_bytes(const void* send, void* recv, uint64_t count) {
 }
 
 }  // namespace
-
-// ---- agreement on the backend -------------------------------------------------------------
-
-std::string describe_backend_choice(const Result<Plugin>& loaded) {
-  if (!loaded.ok()) {
-    return "error\n" + std::to_string(loaded.status().code()) + "\n" + loaded.status().message();
-  }
-  return "ok\n" + loaded->name + " " + loaded->version + " (ABI " +
-         std::to_string(loaded->abi_major) + "." + std::to_string(loaded->abi_minor) + ")";
-}
-
-Status check_backend_agreement(const std::vector<std::string>& choices) {
-  std::vector<int> failed;
-  std::map<std::string, std::vector<int>> groups;  // "gloo 0.1.0 (ABI 1.0)" -> ranks
-  std::vector<std::string> order;                  // group names by first rank
-  for (int r = 0; r < static_cast<int>(choices.size()); ++r) {
-    const std::string& choice = choices[static_cast<size_t>(r)];
-    if (choice.rfind("ok\n", 0) == 0) {
-      const std::string what = choice.substr(3);
-      if (groups[what].empty()) order.push_back(what);
-      groups[what].push_back(r);
-    } else {
-      failed.push_back(r);
-    }
-  }
-  if (!failed.empty()) {
-    // Report the lowest failing rank's own words: identical on every rank.
-    std::istringstream first(choices[static_cast<size_t>(failed.front())]);
-    std::string tag, code, message;
-    std::getline(first, tag);
-    std::getline(first, code);
-    std::getline(first, message, '\0');
-    const int value = std::atoi(code.c_str());
-    const hvd_status status =
-        value > 0 && value <= HVD_ERR_IN_PROGRESS ? static_cast<hvd_status>(value) : HVD_ERR_PLUGIN;
-    return error(status, "no backend on " + join_ranks(failed) + ": " + message);
-  }
-  if (order.size() > 1) {
-    std::string message = "ranks chose different backends: ";
-    for (size_t i = 0; i < order.size(); ++i) {
-      const auto& ranks = groups[order[i]];
-      message +=
-          (i ? "; " : "") + join_ranks(ranks) + (ranks.size() == 1 ? " uses " : " use ") + order[i];
-    }
-    message +=
-        ". Every rank must load the same backend, plugin version and ABI version "
-        "(set the same HVD_BACKEND and HVD_PLUGIN_PATH on every rank).";
-    return error(HVD_ERR_MISMATCH, message);
-  }
-  return Status::success();
-}
 
 // ---- a rendezvous made through the launcher ------------------------------------------------
 
@@ -145,131 +51,6 @@ Result<SharedRendezvous> rendezvous_through_launcher(const World& world,
   log(HVD_LOG_INFO, "rendezvous made through '" + helper + "' at " + made.address.to_string());
   return made;
 }
-
-Result<SharedRendezvous> share_rendezvous(const World& world, const EnvLookup& env,
-                                          const BroadcastFromRank0& broadcast) {
-  SharedRendezvous made;
-  constexpr size_t kRecord = 512;
-  std::vector<char> record(kRecord, '\0');
-  if (world.rank == 0) {
-    // An address the other ranks can reach: the named interface, loopback when every rank is
-    // on this host, else the first interface that is up and not loopback.
-    std::string host;
-    if (const auto iface = knob(env, "RENDEZVOUS_IFACE")) {
-      HVD_ASSIGN_OR_RETURN(host, interface_address(*iface));
-    } else if (world.local_size == world.size) {
-      host = "127.0.0.1";
-    } else {
-      host = first_external_address();
-      if (host.empty()) return error(HVD_ERR_SYSTEM, "rank 0 has no network interface that is up");
-    }
-    made.secret = random_secret();
-    HVD_ASSIGN_OR_RETURN(made.server, TcpStoreServer::start(HostPort{host, 0}, made.secret));
-    const std::string text = made.server->address().to_string() + "\n" + made.secret;
-    std::memcpy(record.data(), text.data(), std::min(text.size(), kRecord - 1));
-  }
-  HVD_RETURN_IF_ERROR(broadcast(record.data(), kRecord));
-  const std::string text(record.data());
-  const size_t newline = text.find('\n');
-  HVD_ASSIGN_OR_RETURN(made.address, parse_host_port(text.substr(0, newline)));
-  made.secret = text.substr(newline + 1);
-  return made;
-}
-
-// ---- host services ------------------------------------------------------------------------
-
-struct Communicator::Services {
-  KvStore* store = nullptr;
-  std::string prefix;  // every plugin key lives under it
-  World world;
-  std::chrono::milliseconds timeout{0};
-  std::atomic<uint64_t> oob_calls{0};
-  hvd_host_services table{};
-
-  static Services* of(void* ctx) { return static_cast<Services*>(ctx); }
-
-  static hvd_status fail(const Status& status) {
-    t_call_errors.service = status.message();
-    t_call_errors_set = true;
-    return status.code();
-  }
-
-  // A self-bootstrapping backend in a job without rendezvous has no store to use.
-  static hvd_status no_store() {
-    return fail(error(HVD_ERR_STATE, "this job has no rendezvous store (HVD_RENDEZVOUS_ADDR)"));
-  }
-
-  static hvd_status kv_set(void* ctx, const char* key, const void* value, size_t size) noexcept {
-    if (of(ctx)->store == nullptr) return no_store();
-    try {
-      const char* bytes = static_cast<const char*>(value);
-      const Status s = of(ctx)->store->set(of(ctx)->prefix + key, Bytes(bytes, bytes + size));
-      return s.ok() ? HVD_SUCCESS : fail(s);
-    } catch (const std::exception& e) {
-      return fail(error(HVD_ERR_SYSTEM, e.what()));
-    }
-  }
-
-  static hvd_status kv_get(void* ctx, const char* key, int64_t timeout_ms, void** value,
-                           size_t* size) noexcept {
-    if (of(ctx)->store == nullptr) return no_store();
-    try {
-      Result<Bytes> got =
-          of(ctx)->store->get(of(ctx)->prefix + key, std::chrono::milliseconds(timeout_ms));
-      if (!got.ok()) return fail(got.status());
-      *size = got->size();
-      *value = std::malloc(std::max<size_t>(1, got->size()));
-      if (*value == nullptr) return fail(error(HVD_ERR_SYSTEM, "out of memory"));
-      if (!got->empty()) std::memcpy(*value, got->data(), got->size());
-      return HVD_SUCCESS;
-    } catch (const std::exception& e) {
-      return fail(error(HVD_ERR_SYSTEM, e.what()));
-    }
-  }
-
-  static void free_value(void* /*ctx*/, void* value) noexcept { std::free(value); }
-
-  static hvd_status oob_allgather(void* ctx, const void* send, size_t size, void* recv,
-                                  int64_t timeout_ms) noexcept {
-    if (of(ctx)->store == nullptr) return no_store();
-    try {
-      Services* self = of(ctx);
-      const std::string key = self->prefix + "oob/" + std::to_string(self->oob_calls++);
-      const char* bytes = static_cast<const char*>(send);
-      Result<std::vector<Bytes>> all = exchange(*self->store, key, Bytes(bytes, bytes + size),
-                                                self->world, std::chrono::milliseconds(timeout_ms));
-      if (!all.ok()) return fail(all.status().with_context("out-of-band allgather"));
-      char* out = static_cast<char*>(recv);
-      for (size_t r = 0; r < all->size(); ++r) {
-        const Bytes& part = (*all)[r];
-        if (part.size() != size) {
-          return fail(error(HVD_ERR_MISMATCH, "out-of-band allgather: rank " + std::to_string(r) +
-                                                  " sent " + std::to_string(part.size()) +
-                                                  " bytes, this rank " + std::to_string(size)));
-        }
-        if (size > 0) std::memcpy(out + r * size, part.data(), size);
-      }
-      return HVD_SUCCESS;
-    } catch (const std::exception& e) {
-      return fail(error(HVD_ERR_SYSTEM, e.what()));
-    }
-  }
-
-  static void log_line(void* /*ctx*/, hvd_log_level level, const char* message) noexcept {
-    try {
-      log(level, message);
-    } catch (...) {
-    }
-  }
-
-  static void set_error(void* /*ctx*/, const char* message) noexcept {
-    try {
-      t_call_errors.plugin = message != nullptr ? message : "";
-      t_call_errors_set = true;
-    } catch (...) {
-    }
-  }
-};
 
 // ---- Communicator -------------------------------------------------------------------------
 
@@ -371,20 +152,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   }
   comm->plugin_ = std::move(loaded).value();
 
-  auto services = std::make_unique<Services>();
-  services->store = comm->store_.get();
-  services->prefix = prefix + "backend/";
-  services->world = world;
-  services->timeout = comm->timeout_;
-  services->table.struct_size = sizeof(hvd_host_services);
-  services->table.ctx = services.get();
-  services->table.kv_set = &Services::kv_set;
-  services->table.kv_get = &Services::kv_get;
-  services->table.free_value = &Services::free_value;
-  services->table.oob_allgather = &Services::oob_allgather;
-  services->table.log = &Services::log_line;
-  services->table.set_error = &Services::set_error;
-  comm->services_ = std::move(services);
+  comm->services_ = std::make_unique<HostServices>(comm->store_.get(), prefix + "backend/", world);
 
   hvd_backend_init_args args{};
   args.struct_size = sizeof args;
@@ -394,7 +162,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   args.local_size = world.local_size;
   args.timeout_ms = comm->timeout_.count();
   args.local_address = local_address.c_str();
-  args.host = &comm->services_->table;
+  args.host = comm->services_->table();
   hvd_backend_comm* backend = nullptr;
   HVD_RETURN_IF_ERROR(
       comm->call_backend("init", [&] { return comm->plugin_.table->init(&args, &backend); }));
@@ -429,21 +197,10 @@ Communicator::~Communicator() {
 
 template <typename Fn>
 Status Communicator::call_backend(const char* what, Fn&& fn) {
-  if (t_call_errors_set) {
-    t_call_errors.plugin.clear();
-    t_call_errors.service.clear();
-    t_call_errors_set = false;
-  }
+  begin_backend_call();
   const hvd_status code = fn();
   if (code == HVD_SUCCESS) return Status::success();
-  const CallErrors& errors = t_call_errors;
-  std::string message = errors.plugin;
-  if (message.empty()) {
-    message = std::string("it returned '") + hvd_status_name(code) + "' without a message";
-  }
-  if (!errors.service.empty() && message.find(errors.service) == std::string::npos) {
-    message += " (" + errors.service + ")";
-  }
+  const std::string message = backend_call_message(code);
   const bool known = code > HVD_SUCCESS && code <= HVD_ERR_IN_PROGRESS;
   return error(known ? code : HVD_ERR_INTERNAL,
                std::string(what) + " on backend '" + plugin_.name + "' failed: " + message);

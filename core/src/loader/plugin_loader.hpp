@@ -4,14 +4,14 @@
 // of HVD_PLUGIN_PATH (colon-separated), then the install location relative to libhvd
 // (<libdir>/hvd). A loaded library is never unloaded: it stays in a process-lifetime registry,
 // so no table or function pointer taken from it can dangle.
-#ifndef HVD_CORE_PLUGIN_LOADER_HPP
-#define HVD_CORE_PLUGIN_LOADER_HPP
+#ifndef HVD_CORE_LOADER_PLUGIN_LOADER_HPP
+#define HVD_CORE_LOADER_PLUGIN_LOADER_HPP
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
-#include "env.hpp"
+#include "bootstrap/env.hpp"
 #include "hvd/backend.h"
 #include "hvd/sdk/result.hpp"
 
@@ -63,4 +63,4 @@ std::string capabilities_to_string(uint64_t capabilities);
 
 }  // namespace hvd::core
 
-#endif  // HVD_CORE_PLUGIN_LOADER_HPP
+#endif  // HVD_CORE_LOADER_PLUGIN_LOADER_HPP

@@ -1,4 +1,4 @@
-#include "device_memory.hpp"
+#include "comm/device_memory.hpp"
 
 #include <string>
 

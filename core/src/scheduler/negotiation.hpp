@@ -4,8 +4,8 @@
 // the same bit vector), so every rank reaches the same verdicts in the same order without a
 // broadcast: Horovod's gather-then-broadcast in one collective. The response cache turns a tensor
 // seen before into a bit: in steady state a cycle costs one small allreduce.
-#ifndef HVD_CORE_NEGOTIATION_HPP
-#define HVD_CORE_NEGOTIATION_HPP
+#ifndef HVD_CORE_SCHEDULER_NEGOTIATION_HPP
+#define HVD_CORE_SCHEDULER_NEGOTIATION_HPP
 
 #include <chrono>
 #include <cstdint>
@@ -150,4 +150,4 @@ class Negotiator {
 
 }  // namespace hvd::core
 
-#endif  // HVD_CORE_NEGOTIATION_HPP
+#endif  // HVD_CORE_SCHEDULER_NEGOTIATION_HPP

@@ -1,4 +1,4 @@
-#include "scheduler.hpp"
+#include "scheduler/scheduler.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <new>
 #include <string_view>
 
+#include "common/log.hpp"
 #include "hvd/reduce.h"
-#include "log.hpp"
 
 namespace hvd::core {
 namespace {

@@ -4,8 +4,8 @@
 // Spans are handed to a writer thread through a bounded queue: recording never blocks the
 // scheduler on the disk, and when the writer falls behind, spans are dropped and counted (the
 // count is the file's last event).
-#ifndef HVD_CORE_TIMELINE_HPP
-#define HVD_CORE_TIMELINE_HPP
+#ifndef HVD_CORE_SCHEDULER_TIMELINE_HPP
+#define HVD_CORE_SCHEDULER_TIMELINE_HPP
 
 #include <chrono>
 #include <condition_variable>
@@ -66,4 +66,4 @@ class Timeline {
 
 }  // namespace hvd::core
 
-#endif  // HVD_CORE_TIMELINE_HPP
+#endif  // HVD_CORE_SCHEDULER_TIMELINE_HPP

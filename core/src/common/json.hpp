@@ -1,7 +1,7 @@
 // json.hpp — a string as a JSON string literal: what hvd's hand-written JSON (the timeline,
 // hvd-bench's results) needs, and no more.
-#ifndef HVD_CORE_JSON_HPP
-#define HVD_CORE_JSON_HPP
+#ifndef HVD_CORE_COMMON_JSON_HPP
+#define HVD_CORE_COMMON_JSON_HPP
 
 #include <cstdio>
 #include <string>
@@ -27,4 +27,4 @@ inline std::string json_string(const std::string& s) {
 
 }  // namespace hvd::core
 
-#endif  // HVD_CORE_JSON_HPP
+#endif  // HVD_CORE_COMMON_JSON_HPP

@@ -1,4 +1,4 @@
-#include "plugin_loader.hpp"
+#include "loader/plugin_loader.hpp"
 
 #include <boost/dll/library_info.hpp>
 #include <boost/dll/runtime_symbol_info.hpp>

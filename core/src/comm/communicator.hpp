@@ -1,6 +1,6 @@
 // communicator.hpp — one live backend over all ranks of the job: the engine behind hvd_comm.
-#ifndef HVD_CORE_COMMUNICATOR_HPP
-#define HVD_CORE_COMMUNICATOR_HPP
+#ifndef HVD_CORE_COMM_COMMUNICATOR_HPP
+#define HVD_CORE_COMM_COMMUNICATOR_HPP
 
 #include <atomic>
 #include <chrono>
@@ -10,13 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "collectives.hpp"
-#include "device_memory.hpp"
-#include "env.hpp"
+#include "bootstrap/env.hpp"
+#include "bootstrap/rendezvous.hpp"
+#include "bootstrap/store.hpp"
+#include "comm/collectives.hpp"
+#include "comm/device_memory.hpp"
+#include "comm/host_services.hpp"
 #include "hvd/backend.h"
 #include "hvd/sdk/result.hpp"
-#include "plugin_loader.hpp"
-#include "store.hpp"
+#include "loader/plugin_loader.hpp"
 
 namespace hvd::core {
 
@@ -55,9 +57,6 @@ class Communicator final : public Collectives {
   const World& world() const { return world_; }
   const Plugin& plugin() const { return plugin_; }
 
-  // The host-services table handed to plugins; public so tests can drive it directly.
-  struct Services;
-
  private:
   Communicator() = default;
   // The agreement check for a job without rendezvous, over the (initialized) backend itself.
@@ -78,24 +77,12 @@ class Communicator final : public Collectives {
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<TcpStoreServer> server_;  // when this rank hosts the rendezvous
   std::unique_ptr<KvStore> store_;
-  std::unique_ptr<Services> services_;
+  std::unique_ptr<HostServices> services_;
   hvd_backend_comm* backend_ = nullptr;
   DeviceMemory* device_memory_ = nullptr;
   std::vector<char> staging_;  // grows, never shrinks
 };
 
-}  // namespace hvd::core
-
-#endif  // HVD_CORE_COMMUNICATOR_HPP
-
-namespace hvd::core {
-
-// A rendezvous store served by rank 0 and announced to the other ranks.
-struct SharedRendezvous {
-  HostPort address;
-  std::string secret;
-  std::unique_ptr<TcpStoreServer> server;  // on rank 0
-};
 // A rendezvous for a job started by a launcher (mpirun) without HVD_RENDEZVOUS_ADDR, made
 // through a self-bootstrapping backend (HVD_BOOTSTRAP_BACKEND, default mpi).
 Result<SharedRendezvous> rendezvous_through_launcher(const World& world,
@@ -103,15 +90,6 @@ Result<SharedRendezvous> rendezvous_through_launcher(const World& world,
                                                      std::chrono::milliseconds timeout,
                                                      const EnvLookup& env);
 
-// Rank 0 serves a store on an address every rank can reach (HVD_RENDEZVOUS_IFACE's, loopback
-// for a one-host job, else the first external interface) with a fresh secret, and `broadcast`
-// (a collective every rank calls) carries address and secret to the others.
-using BroadcastFromRank0 = std::function<Status(void* record, size_t size)>;
-Result<SharedRendezvous> share_rendezvous(const World& world, const EnvLookup& env,
-                                          const BroadcastFromRank0& broadcast);
-
-// What a rank tells the others about its backend at init ("ok\ngloo 0.1.0 (ABI 1.0)" or the
-// load error), and the verdict on every rank's choice: the same Status on every rank.
-std::string describe_backend_choice(const Result<Plugin>& loaded);
-Status check_backend_agreement(const std::vector<std::string>& choices);
 }  // namespace hvd::core
+
+#endif  // HVD_CORE_COMM_COMMUNICATOR_HPP

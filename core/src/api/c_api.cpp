@@ -5,9 +5,9 @@
 #include <atomic>
 #include <mutex>
 
-#include "communicator.hpp"
+#include "comm/communicator.hpp"
 #include "hvd/hvd.h"
-#include "scheduler.hpp"
+#include "scheduler/scheduler.hpp"
 
 // Members are destroyed in reverse: the scheduler stops before the backend it runs on.
 struct hvd_comm {

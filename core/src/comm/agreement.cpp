@@ -1,0 +1,67 @@
+#include "comm/agreement.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+namespace hvd::core {
+namespace {
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+}  // namespace
+
+std::string describe_backend_choice(const Result<Plugin>& loaded) {
+  if (!loaded.ok()) {
+    return "error\n" + std::to_string(loaded.status().code()) + "\n" + loaded.status().message();
+  }
+  return "ok\n" + loaded->name + " " + loaded->version + " (ABI " +
+         std::to_string(loaded->abi_major) + "." + std::to_string(loaded->abi_minor) + ")";
+}
+
+Status check_backend_agreement(const std::vector<std::string>& choices) {
+  std::vector<int> failed;
+  std::map<std::string, std::vector<int>> groups;  // "gloo 0.1.0 (ABI 1.0)" -> ranks
+  std::vector<std::string> order;                  // group names by first rank
+  for (int r = 0; r < static_cast<int>(choices.size()); ++r) {
+    const std::string& choice = choices[static_cast<size_t>(r)];
+    if (choice.rfind("ok\n", 0) == 0) {
+      const std::string what = choice.substr(3);
+      if (groups[what].empty()) order.push_back(what);
+      groups[what].push_back(r);
+    } else {
+      failed.push_back(r);
+    }
+  }
+  if (!failed.empty()) {
+    // Report the lowest failing rank's own words: identical on every rank.
+    std::istringstream first(choices[static_cast<size_t>(failed.front())]);
+    std::string tag, code, message;
+    std::getline(first, tag);
+    std::getline(first, code);
+    std::getline(first, message, '\0');
+    const int value = std::atoi(code.c_str());
+    const hvd_status status =
+        value > 0 && value <= HVD_ERR_IN_PROGRESS ? static_cast<hvd_status>(value) : HVD_ERR_PLUGIN;
+    return error(status, "no backend on " + join_ranks(failed) + ": " + message);
+  }
+  if (order.size() > 1) {
+    std::string message = "ranks chose different backends: ";
+    for (size_t i = 0; i < order.size(); ++i) {
+      const auto& ranks = groups[order[i]];
+      message +=
+          (i ? "; " : "") + join_ranks(ranks) + (ranks.size() == 1 ? " uses " : " use ") + order[i];
+    }
+    message +=
+        ". Every rank must load the same backend, plugin version and ABI version "
+        "(set the same HVD_BACKEND and HVD_PLUGIN_PATH on every rank).";
+    return error(HVD_ERR_MISMATCH, message);
+  }
+  return Status::success();
+}
+
+}  // namespace hvd::core

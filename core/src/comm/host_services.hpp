@@ -1,0 +1,45 @@
+// host_services.hpp — the hvd_host_services table a plugin gets at init (its communicator's keys
+// in the rendezvous store, the out-of-band allgather, logging, error messages), and how a
+// backend call collects the messages the plugin and these services reported on its thread.
+#ifndef HVD_CORE_COMM_HOST_SERVICES_HPP
+#define HVD_CORE_COMM_HOST_SERVICES_HPP
+
+#include <atomic>
+#include <string>
+
+#include "bootstrap/env.hpp"
+#include "bootstrap/store.hpp"
+#include "hvd/backend.h"
+
+namespace hvd::core {
+
+class HostServices {
+ public:
+  // `store` may be null (a self-bootstrapping backend in a job without rendezvous): the key-value
+  // services then fail with HVD_ERR_STATE. Every key the plugin uses lives under `prefix`.
+  HostServices(KvStore* store, std::string prefix, const World& world);
+  HostServices(const HostServices&) = delete;
+  HostServices& operator=(const HostServices&) = delete;
+
+  // Valid as long as this object.
+  const hvd_host_services* table() const { return &table_; }
+
+ private:
+  struct Callbacks;
+
+  KvStore* store_;
+  std::string prefix_;
+  World world_;
+  std::atomic<uint64_t> oob_calls_{0};
+  hvd_host_services table_{};
+};
+
+// Before a backend call: forget what earlier calls on this thread reported.
+void begin_backend_call();
+// After a call that returned `code` (an error): the plugin's message (set_error), or a note that
+// it gave none, with a failed host service's own message appended.
+std::string backend_call_message(hvd_status code);
+
+}  // namespace hvd::core
+
+#endif  // HVD_CORE_COMM_HOST_SERVICES_HPP
