@@ -65,6 +65,8 @@ struct Unsigned<8> {
 template <size_t Bytes>
 using Element = typename Unsigned<Bytes>::type;
 
+// Calls fn(element) with a value of the element type of `element_size` bytes; nothing for a size
+// that is no dtype's (the collectives refuse a dtype they do not know first).
 template <typename Fn>
 void with_element_type(size_t element_size, Fn&& fn) {
   switch (element_size) {
@@ -77,8 +79,10 @@ void with_element_type(size_t element_size, Fn&& fn) {
     case 4:
       fn(Element<4>{});
       break;
-    default:
+    case 8:
       fn(Element<8>{});
+      break;
+    default:
       break;
   }
 }
@@ -109,7 +113,8 @@ const gloo::ReductionFunction<T>* reduction_of(hvd_reduce_op op) {
   }
 }
 
-// Calls fn(element, reduction): a value of the dtype's element type and its reduction for op.
+// Calls fn(element, reduction): a value of the dtype's element type and its reduction for op;
+// nothing for a dtype this plugin does not know (the collectives refuse one first).
 template <typename Fn>
 void with_reduction(hvd_dtype dtype, hvd_reduce_op op, Fn&& fn) {
   switch (dtype) {
@@ -134,10 +139,20 @@ void with_reduction(hvd_dtype dtype, hvd_reduce_op op, Fn&& fn) {
     case HVD_FLOAT32:
       fn(Element<4>{}, reduction_of<HVD_FLOAT32, Element<4>>(op));
       break;
-    default:
+    case HVD_FLOAT64:
       fn(Element<8>{}, reduction_of<HVD_FLOAT64, Element<8>>(op));
       break;
+    default:
+      break;
   }
+}
+
+// The host passes only the dtypes this plugin declares (all of ABI 1.0's); one from a later ABI
+// would have no element type here, and must never be read at another width.
+Status check_dtype(hvd_dtype dtype) {
+  if (hvd_dtype_size(dtype) != 0) return Status::success();
+  return Status(HVD_ERR_UNSUPPORTED,
+                "gloo: dtype " + std::to_string(dtype) + " is not one it knows");
 }
 
 class GlooBackend {
@@ -183,6 +198,7 @@ class GlooBackend {
   }
 
   Status allreduce(const hvd_collective_args& a) {
+    HVD_RETURN_IF_ERROR(check_dtype(a.dtype));
     if (a.count == 0) return Status::success();
     const size_t element = hvd_dtype_size(a.dtype);
     if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
@@ -200,6 +216,7 @@ class GlooBackend {
   }
 
   Status allgather(const hvd_collective_args& a) {
+    HVD_RETURN_IF_ERROR(check_dtype(a.dtype));
     const size_t element = hvd_dtype_size(a.dtype);
     if (a.recv_counts != nullptr) return allgatherv(a, element);
     if (a.count == 0) return Status::success();
@@ -218,6 +235,7 @@ class GlooBackend {
   }
 
   Status broadcast(const hvd_collective_args& a) {
+    HVD_RETURN_IF_ERROR(check_dtype(a.dtype));
     if (a.count == 0) return Status::success();
     const size_t element = hvd_dtype_size(a.dtype);
     if (rank_ == a.root && a.sendbuf != a.recvbuf) {

@@ -45,6 +45,7 @@ class CommEnvironment : public ::testing::Environment {
 const hvd_dtype kDtypes[] = {HVD_UINT8,   HVD_INT8,     HVD_INT32,   HVD_INT64,
                              HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64};
 const hvd_reduce_op kOps[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX, HVD_PRODUCT};
+const hvd_reduce_op kSum = HVD_SUM;
 
 std::vector<uint64_t> counts() {
   std::vector<uint64_t> all = {0, 1, 7, 1023, (1u << 20) + 3};
@@ -194,6 +195,29 @@ void expect_values(const Buffer& got, uint64_t count, Expected&& expected,
                        << static_cast<double>(expected(first));
 }
 
+// A dtype (and op) the backend did not declare never reaches it: the host refuses the call with
+// the same message on every rank. This checks that, and the caller then skips the case.
+::testing::AssertionResult refused_as_undeclared(const hvd::Status& s, const std::string& what,
+                                                 hvd_dtype dtype, const hvd_reduce_op* op) {
+  std::string expected =
+      what + ": backend '" + g_comm->backend() + "' does not take " + hvd_dtype_name(dtype);
+  if (op != nullptr) expected += std::string(" ") + hvd_reduce_op_name(*op);
+  if (s.code() != HVD_ERR_UNSUPPORTED || s.message().rfind(expected, 0) != 0) {
+    return ::testing::AssertionFailure()
+           << "expected unsupported '" << expected << " (...)', got " << s.to_string();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+bool declared(hvd_dtype dtype, const hvd_reduce_op* op = nullptr) {
+  return g_comm->takes(dtype) && (op == nullptr || g_comm->takes(*op));
+}
+
+std::string undeclared(hvd_dtype dtype, const hvd_reduce_op* op = nullptr) {
+  return "backend '" + g_comm->backend() + "' does not declare " + hvd_dtype_name(dtype) +
+         (op != nullptr ? std::string(" ") + hvd_reduce_op_name(*op) : "");
+}
+
 std::string dtype_op_name(hvd_dtype dtype, const char* op, bool in_place) {
   return std::string(hvd_dtype_name(dtype)) + "_" + op + (in_place ? "_inplace" : "_outofplace");
 }
@@ -206,6 +230,12 @@ TEST_P(Allreduce, ExactAtEverySize) {
   const auto [dtype, op, in_place] = GetParam();
   const int rank = g_comm->rank();
   const int size = g_comm->size();
+  if (!declared(dtype, &op)) {
+    Buffer one(dtype, 1);
+    EXPECT_TRUE(refused_as_undeclared(g_comm->allreduce(one.data(), one.data(), 1, dtype, op),
+                                      "allreduce", dtype, &op));
+    GTEST_SKIP() << undeclared(dtype, &op);
+  }
   for (uint64_t count : counts()) {
     Buffer send(dtype, count), recv(dtype, count);
     for (uint64_t i = 0; i < count; ++i) send.set(i, input(op, dtype, rank, size, i));
@@ -243,6 +273,14 @@ TEST(Allreduce, ExactAcrossRepeatedShapesWhileSomeRanksMoveTheirBuffers) {
   const int rank = g_comm->rank();
   const int size = g_comm->size();
   const hvd_dtype dtype = HVD_FLOAT32;
+  if (!declared(dtype)) GTEST_SKIP() << undeclared(dtype);
+  // Two ops share each count where the backend takes two of these.
+  std::vector<hvd_reduce_op> ops;
+  for (hvd_reduce_op op : {HVD_MAX, HVD_SUM, HVD_MIN}) {
+    if (g_comm->takes(op)) ops.push_back(op);
+  }
+  if (ops.empty())
+    GTEST_SKIP() << "backend '" << g_comm->backend() << "' declares none of max, sum, min";
   const uint64_t largest = counts().back();
   std::vector<uint64_t> shapes;
   for (uint64_t j = 0; j < 11 && j * 5 < largest; ++j) shapes.push_back(largest - j * 5);
@@ -250,7 +288,7 @@ TEST(Allreduce, ExactAcrossRepeatedShapesWhileSomeRanksMoveTheirBuffers) {
   const int calls = static_cast<int>(shapes.size()) * 3 + 7;
   for (int k = 0; k < calls; ++k) {
     const uint64_t count = shapes[static_cast<size_t>(k / 3) % shapes.size()];
-    const hvd_reduce_op op = k % 2 == 0 ? HVD_MAX : HVD_SUM;
+    const hvd_reduce_op op = ops[static_cast<size_t>(k % 2) % ops.size()];
     Buffer& b = buffers[(k / (2 + rank)) % 2];
     const auto shift = static_cast<uint64_t>(k);
     for (uint64_t i = 0; i < count; ++i) b.set(i, input(op, dtype, rank, size, i + shift));
@@ -275,6 +313,12 @@ TEST_P(Allgather, RankOrderAtEverySize) {
   const auto [dtype, in_place] = GetParam();
   const int rank = g_comm->rank();
   const int size = g_comm->size();
+  if (!declared(dtype)) {
+    Buffer one(dtype, 1), all(dtype, static_cast<uint64_t>(size));
+    EXPECT_TRUE(refused_as_undeclared(g_comm->allgather(one.data(), all.data(), 1, dtype),
+                                      "allgather", dtype, nullptr));
+    GTEST_SKIP() << undeclared(dtype);
+  }
   for (uint64_t count : counts()) {
     const uint64_t total = count * static_cast<uint64_t>(size);
     Buffer send(dtype, count), recv(dtype, total);
@@ -311,6 +355,7 @@ TEST_P(Allgather, VariableCountsInRankOrder) {
   const auto [dtype, in_place] = GetParam();
   const int rank = g_comm->rank();
   const int size = g_comm->size();
+  if (!declared(dtype)) GTEST_SKIP() << undeclared(dtype);
   for (uint64_t base : counts()) {
     // Rank r sends base + r elements (rank 0 sends none when base is 0).
     std::vector<uint64_t> per_rank(static_cast<size_t>(size));
@@ -353,6 +398,12 @@ TEST_P(Broadcast, FromEveryRootAtEverySize) {
   const auto [dtype, in_place] = GetParam();
   const int rank = g_comm->rank();
   const int size = g_comm->size();
+  if (!declared(dtype)) {
+    Buffer one(dtype, 1);
+    EXPECT_TRUE(refused_as_undeclared(g_comm->broadcast(one.data(), one.data(), 1, dtype, 0),
+                                      "broadcast", dtype, nullptr));
+    GTEST_SKIP() << undeclared(dtype);
+  }
   auto value = [dtype = dtype](int root, uint64_t i) {
     return static_cast<int64_t>((static_cast<uint64_t>(root) * 13 + i) % 89) -
            (is_unsigned(dtype) ? 0 : 30);
@@ -389,6 +440,7 @@ TEST(Barrier, CompletesRepeatedly) {
 }
 
 TEST(Errors, RootOutOfRangeIsTheSameErrorOnEveryRank) {
+  if (!declared(HVD_INT32, &kSum)) GTEST_SKIP() << undeclared(HVD_INT32, &kSum);
   int32_t value = 1;
   const int root = g_comm->size();
   hvd::Status s = g_comm->broadcast(&value, &value, 1, HVD_INT32, root);
@@ -398,6 +450,7 @@ TEST(Errors, RootOutOfRangeIsTheSameErrorOnEveryRank) {
 }
 
 TEST(Errors, InvalidDtypeAndOpAreRejectedBeforeTheBackend) {
+  if (!declared(HVD_INT32, &kSum)) GTEST_SKIP() << undeclared(HVD_INT32, &kSum);
   int32_t value = 1;
   hvd::Status s = g_comm->allreduce(&value, &value, 1, static_cast<hvd_dtype>(42), HVD_SUM);
   EXPECT_EQ(s.code(), HVD_ERR_INVALID_ARGUMENT);
@@ -412,10 +465,67 @@ TEST(Errors, InvalidDtypeAndOpAreRejectedBeforeTheBackend) {
 }
 
 TEST(Errors, InconsistentAllgathervCountsAreRejected) {
+  if (!declared(HVD_INT32, &kSum)) GTEST_SKIP() << undeclared(HVD_INT32, &kSum);
   int32_t value = 1;
   hvd::Status s = g_comm->allgatherv(&value, &value, nullptr, HVD_INT32);
   EXPECT_EQ(s.code(), HVD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(s.message(), "allgatherv: recv_counts is NULL");
+}
+
+// ---- the ABI's evolution rules, seen from an application ---------------------------------------
+
+// The values a later ABI minor may add (the next dtype, op and memory type) are refused by the
+// host on every collective: a plugin never sees a value it cannot know. (The C test backends end
+// the process if one reaches them.)
+TEST(Abi, EnumValuesOfALaterVersionNeverReachTheBackend) {
+  int64_t value[4] = {1, 1, 1, 1};
+  const auto next_dtype = static_cast<hvd_dtype>(HVD_DTYPE_COUNT);
+  const auto next_op = static_cast<hvd_reduce_op>(HVD_REDUCE_OP_COUNT);
+  const int size = g_comm->size();
+  std::vector<int64_t> all(static_cast<size_t>(size) * 4);
+  const hvd::Status statuses[] = {
+      g_comm->allreduce(value, value, 1, next_dtype, HVD_SUM),
+      g_comm->allgather(value, all.data(), 1, next_dtype),
+      g_comm->broadcast(value, value, 1, next_dtype, 0),
+      g_comm->allreduce(value, value, 1, HVD_INT32, next_op),
+  };
+  for (const hvd::Status& s : statuses) {
+    EXPECT_EQ(s.code(), HVD_ERR_INVALID_ARGUMENT) << s.to_string();
+  }
+  EXPECT_EQ(statuses[0].message(),
+            "allreduce: dtype " + std::to_string(HVD_DTYPE_COUNT) + " is not an hvd_dtype");
+  EXPECT_EQ(statuses[3].message(), "allreduce: reduce op " + std::to_string(HVD_REDUCE_OP_COUNT) +
+                                       " is not an hvd_reduce_op");
+  const hvd_placement next_memory{sizeof(hvd_placement), static_cast<hvd_memory_type>(2), 0,
+                                  nullptr};
+  const hvd::Status s = g_comm->broadcast(value, value, 1, HVD_UINT8, 0, &next_memory);
+  EXPECT_EQ(s.code(), HVD_ERR_INVALID_ARGUMENT) << s.to_string();
+  EXPECT_EQ(s.message(), "broadcast: memory type 2 is not an hvd_memory_type");
+}
+
+// A struct from hvd.h 1.0 (struct_size of the 1.0 fields) and one from a later hvd.h (larger)
+// are both taken; a struct_size below 1.0's is an error that says what to set, on every rank.
+TEST(Abi, StructsOfEveryVersionFromTheFirstAreTaken) {
+  if (!declared(HVD_INT32, &kSum)) GTEST_SKIP() << undeclared(HVD_INT32, &kSum);
+  struct Later {
+    hvd_placement placement;
+    char fields_of_a_later_version[24];
+  } later{};
+  later.placement = {sizeof later, HVD_MEMORY_HOST, -1, nullptr};
+  hvd_placement first = {HVD_PLACEMENT_SIZE_1_0, HVD_MEMORY_HOST, -1, nullptr};
+  for (const hvd_placement* placement : {&first, &later.placement}) {
+    int32_t value = 2;
+    const hvd::Status s = g_comm->allreduce(&value, &value, 1, HVD_INT32, HVD_SUM, placement);
+    ASSERT_TRUE(s.ok()) << "struct_size " << placement->struct_size << ": " << s.to_string();
+    EXPECT_EQ(value, 2 * g_comm->size());
+  }
+  hvd_placement unset = {0, HVD_MEMORY_HOST, -1, nullptr};
+  int32_t value = 2;
+  const hvd::Status s = g_comm->allreduce(&value, &value, 1, HVD_INT32, HVD_SUM, &unset);
+  EXPECT_EQ(s.code(), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s.message(), "hvd_placement.struct_size is 0, less than the " +
+                             std::to_string(HVD_PLACEMENT_SIZE_1_0) +
+                             " bytes of its first version: set it to sizeof(hvd_placement)");
 }
 
 // ---- CUDA memory on a backend that takes host memory only: staged through host memory ----------
@@ -455,6 +565,7 @@ class DeviceBuffer {
 bool takes_cuda_memory() { return (g_comm->capabilities() & HVD_CAP_CUDA_MEMORY) != 0; }
 
 TEST(CudaMemory, WithoutAGpuStagingFailsWithTheRuntimesReasonOnEveryRank) {
+  if (!declared(HVD_INT32, &kSum)) GTEST_SKIP() << undeclared(HVD_INT32, &kSum);
   if (takes_cuda_memory())
     GTEST_SKIP() << "backend '" << g_comm->backend() << "' takes CUDA memory";
 #ifdef HVD_TEST_WITH_CUDA
@@ -472,6 +583,7 @@ TEST(CudaMemory, WithoutAGpuStagingFailsWithTheRuntimesReasonOnEveryRank) {
 }
 
 TEST(CudaMemory, StagedThroughHostMemoryEveryCollectiveIsExact) {
+  if (!declared(HVD_INT32, &kSum)) GTEST_SKIP() << undeclared(HVD_INT32, &kSum);
   if (takes_cuda_memory())
     GTEST_SKIP() << "backend '" << g_comm->backend() << "' takes CUDA memory";
 #ifndef HVD_TEST_WITH_CUDA
@@ -515,6 +627,59 @@ TEST(CudaMemory, StagedThroughHostMemoryEveryCollectiveIsExact) {
         out, count, [&](uint64_t i) { return gather_value(HVD_INT32, root, i); }, "broadcast" + at);
   }
 #endif
+}
+
+// ---- the fusion scheduler on this backend ---------------------------------------------------
+// Last in the suite: once the scheduler runs, every later blocking call goes through it too.
+
+// Every dtype and op as named asynchronous allreduces, grouped so they fuse where they can: the
+// ones the backend declared are exact, the others fail with the same message on every rank and
+// never reach the backend (a backend that cannot carry negotiation negotiates through
+// HVD_CONTROLLER).
+TEST(ZSchedulerLast, EveryDtypeAndOpAsyncExactOrRefusedBeforeTheBackend) {
+  const int rank = g_comm->rank();
+  const int size = g_comm->size();
+  const uint64_t count = 7;
+  std::vector<Buffer> buffers;
+  std::vector<std::pair<hvd_dtype, hvd_reduce_op>> cases;
+  std::vector<hvd_tensor> tensors;
+  std::vector<std::string> names;
+  const int64_t shape[1] = {static_cast<int64_t>(count)};
+  for (hvd_dtype dtype : kDtypes) {
+    for (hvd_reduce_op op : kOps) {
+      cases.emplace_back(dtype, op);
+      buffers.emplace_back(dtype, count);
+      for (uint64_t i = 0; i < count; ++i) buffers.back().set(i, input(op, dtype, rank, size, i));
+      names.push_back(std::string("conformance.async.") + hvd_dtype_name(dtype) + "." +
+                      hvd_reduce_op_name(op));
+    }
+  }
+  for (size_t k = 0; k < cases.size(); ++k) {
+    hvd_tensor t{};
+    t.collective = HVD_COLLECTIVE_ALLREDUCE;
+    t.name = names[k].c_str();
+    t.sendbuf = buffers[k].data();
+    t.recvbuf = buffers[k].data();
+    t.dtype = cases[k].first;
+    t.ndim = 1;
+    t.shape = shape;
+    t.op = cases[k].second;
+    tensors.push_back(t);
+  }
+  auto requests = g_comm->grouped_async(tensors);
+  ASSERT_TRUE(requests.ok()) << requests.status().to_string();
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const auto [dtype, op] = cases[k];
+    const hvd::Status s = (*requests)[k].wait(120);
+    if (!declared(dtype, &op)) {
+      EXPECT_TRUE(refused_as_undeclared(s, "allreduce", dtype, &op)) << names[k];
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << names[k] << ": " << s.to_string();
+    expect_values(
+        buffers[k], count, [&](uint64_t i) { return expected_reduction(op, dtype, size, i); },
+        names[k]);
+  }
 }
 
 }  // namespace

@@ -10,7 +10,12 @@
  *   HVD_TEST_NO_ENTRY   exports an unrelated symbol only
  *   HVD_TEST_WRONG_SUM  allreduce leaves out the last rank's data: wrong answers, no error
  *   HVD_TEST_DEVICE_ONLY declares CUDA memory only, as NCCL does (a backend that needs a
- *                       host-memory controller for the scheduler's negotiation) */
+ *                       host-memory controller for the scheduler's negotiation)
+ *   HVD_TEST_DTYPES, HVD_TEST_REDUCE_OPS
+ *                       the dtypes and reduce ops it declares (default: every one)
+ *
+ * Built against the frozen ABI 1.0 headers (tests/abi/v1.0) as well: that build is a plugin
+ * written before 1.1 existed, which today's host must still load and run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +25,12 @@
 
 #ifndef HVD_TEST_NAME
 #define HVD_TEST_NAME "kvs"
+#endif
+#ifndef HVD_TEST_DTYPES
+#define HVD_TEST_DTYPES HVD_DTYPES_1_0
+#endif
+#ifndef HVD_TEST_REDUCE_OPS
+#define HVD_TEST_REDUCE_OPS HVD_REDUCE_OPS_1_0
 #endif
 
 struct hvd_backend_comm {
@@ -48,6 +59,29 @@ static hvd_status gather_all(struct hvd_backend_comm* c, const void* mine, size_
   return HVD_SUCCESS;
 }
 
+/* A test plugin that notices when the host breaks its promise: any dtype, reduce op or memory type
+ * it did not declare (or does not know) ends the process loudly, so that no test can pass over
+ * it. */
+static void expect_declared(const hvd_collective_args* a, int uses_op) {
+  const int dtype_known = a->dtype >= 0 && a->dtype < HVD_DTYPE_COUNT;
+  const int op_known = !uses_op || (a->op >= 0 && a->op < HVD_REDUCE_OP_COUNT);
+#ifdef HVD_TEST_DEVICE_ONLY
+  const int memory_declared = a->memory_type == HVD_MEMORY_CUDA;
+#else
+  const int memory_declared = a->memory_type == HVD_MEMORY_HOST;
+#endif
+  int declared = dtype_known && op_known && memory_declared;
+#if HVD_BACKEND_ABI_MINOR >= 1
+  declared = declared && (HVD_TEST_DTYPES & HVD_DTYPE_BIT(a->dtype)) != 0 &&
+             (!uses_op || (HVD_TEST_REDUCE_OPS & HVD_REDUCE_OP_BIT(a->op)) != 0);
+#endif
+  if (!declared) {
+    fprintf(stderr, "%s: the host passed dtype %d, op %d, memory type %d, which it never may\n",
+            HVD_TEST_NAME, (int)a->dtype, (int)a->op, (int)a->memory_type);
+    abort();
+  }
+}
+
 static hvd_status kvs_init(const hvd_backend_init_args* args, hvd_backend_comm** comm) {
 #ifdef HVD_TEST_FAIL_INIT
   (void)comm;
@@ -71,6 +105,7 @@ static hvd_status kvs_finalize(hvd_backend_comm* comm) {
 }
 
 static hvd_status kvs_allreduce(hvd_backend_comm* c, const hvd_collective_args* a) {
+  expect_declared(a, 1);
   const size_t bytes = (size_t)a->count * hvd_dtype_size(a->dtype);
   char* all = NULL;
   hvd_status s = gather_all(c, a->sendbuf, bytes, &all);
@@ -91,6 +126,7 @@ static hvd_status kvs_allreduce(hvd_backend_comm* c, const hvd_collective_args* 
 }
 
 static hvd_status kvs_allgather(hvd_backend_comm* c, const hvd_collective_args* a) {
+  expect_declared(a, 0);
   const size_t element = hvd_dtype_size(a->dtype);
   if (a->recv_counts != NULL) return fail(c, HVD_ERR_UNSUPPORTED, "kvs: no allgatherv");
   const size_t bytes = (size_t)a->count * element;
@@ -107,6 +143,7 @@ static hvd_status kvs_allgather(hvd_backend_comm* c, const hvd_collective_args* 
 }
 
 static hvd_status kvs_broadcast(hvd_backend_comm* c, const hvd_collective_args* a) {
+  expect_declared(a, 0);
   const size_t bytes = (size_t)a->count * hvd_dtype_size(a->dtype);
   /* Only the root's contribution matters; the others send nothing (0 bytes would mismatch the
    * allgather's equal-size rule, so every rank sends `bytes`). */
@@ -130,24 +167,27 @@ static hvd_status kvs_barrier(hvd_backend_comm* c) {
 }
 
 static const hvd_backend_v1 kvs_table = {
-    sizeof(hvd_backend_v1),
-    HVD_BACKEND_ABI_MAJOR,
-    HVD_BACKEND_ABI_MINOR,
-    HVD_TEST_NAME,
-    "1.0.0",
-    "test backend in C: every collective through the rendezvous store",
+    .struct_size = sizeof(hvd_backend_v1),
+    .abi_major = HVD_BACKEND_ABI_MAJOR,
+    .abi_minor = HVD_BACKEND_ABI_MINOR,
+    .name = HVD_TEST_NAME,
+    .version = "1.0.0",
+    .description = "test backend in C: every collective through the rendezvous store",
 #ifdef HVD_TEST_DEVICE_ONLY
-    HVD_CAP_CUDA_MEMORY, /* claims device memory only (it copies whatever it is given) */
+    .capabilities = HVD_CAP_CUDA_MEMORY, /* claims device memory only (it copies what it gets) */
 #else
-    HVD_CAP_HOST_MEMORY,
+    .capabilities = HVD_CAP_HOST_MEMORY,
 #endif
-    kvs_init,
-    kvs_finalize,
-    kvs_allreduce,
-    kvs_allgather,
-    kvs_broadcast,
-    kvs_barrier,
-    NULL /* reduce_scatter */
+    .init = kvs_init,
+    .finalize = kvs_finalize,
+    .allreduce = kvs_allreduce,
+    .allgather = kvs_allgather,
+    .broadcast = kvs_broadcast,
+    .barrier = kvs_barrier,
+#if HVD_BACKEND_ABI_MINOR >= 1
+    .dtypes = HVD_TEST_DTYPES,
+    .reduce_ops = HVD_TEST_REDUCE_OPS,
+#endif
 };
 
 #if defined(HVD_TEST_ABI2)

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "fake_collectives.hpp"
@@ -28,6 +30,93 @@ TEST(PluginLoader, LoadsACPluginAndReadsItsTable) {
   EXPECT_EQ(plugin->capabilities, HVD_CAP_HOST_MEMORY);
   // Loading again returns the same table: the library is loaded once and never unloaded.
   EXPECT_EQ(load_plugin(kTestPlugins / "libhvd-backend-kvs.so")->table, plugin->table);
+}
+
+// ---- the table read by its struct_size ----------------------------------------------------------
+
+hvd_status no_init(const hvd_backend_init_args*, hvd_backend_comm**) { return HVD_ERR_INTERNAL; }
+hvd_status no_finalize(hvd_backend_comm*) { return HVD_ERR_INTERNAL; }
+hvd_status no_collective(hvd_backend_comm*, const hvd_collective_args*) { return HVD_ERR_INTERNAL; }
+hvd_status no_barrier(hvd_backend_comm*) { return HVD_ERR_INTERNAL; }
+
+// A table in memory laid out as its plugin would have it: `struct_size` bytes of table, then
+// bytes the plugin never wrote (here 0xa5: a reader that looks past struct_size sees garbage).
+struct TableInMemory {
+  alignas(hvd_backend_v1) unsigned char bytes[sizeof(hvd_backend_v1) + 64];
+  hvd_backend_v1* table() { return reinterpret_cast<hvd_backend_v1*>(bytes); }
+
+  TableInMemory(size_t struct_size, uint32_t abi_minor) {
+    std::memset(bytes, 0xa5, sizeof bytes);
+    hvd_backend_v1 t{};
+    t.struct_size = struct_size;
+    t.abi_major = HVD_BACKEND_ABI_MAJOR;
+    t.abi_minor = abi_minor;
+    t.name = "inmemory";
+    t.capabilities = HVD_CAP_HOST_MEMORY;
+    t.init = no_init;
+    t.finalize = no_finalize;
+    t.allreduce = t.allgather = t.broadcast = no_collective;
+    t.barrier = no_barrier;
+    t.dtypes = HVD_DTYPES_1_0;
+    t.reduce_ops = HVD_REDUCE_OPS_1_0;
+    std::memcpy(bytes, &t, std::min(struct_size, sizeof t));
+  }
+};
+
+TEST(PluginLoader, ATableOfAbi10IsReadWithTheDefaultsOfLaterFields) {
+  TableInMemory memory(HVD_BACKEND_V1_SIZE_1_0, 0);
+  auto plugin = plugin_from_table("in-memory", memory.table());
+  ASSERT_TRUE(plugin.ok()) << plugin.status().to_string();
+  EXPECT_EQ(plugin->abi_minor, 0u);
+  EXPECT_EQ(plugin->dtypes, HVD_DTYPES_1_0);
+  EXPECT_EQ(plugin->reduce_ops, HVD_REDUCE_OPS_1_0);
+  EXPECT_EQ(plugin->split, nullptr);
+  EXPECT_EQ(plugin->abort, nullptr);
+  EXPECT_EQ(plugin->alltoall, nullptr);
+  EXPECT_EQ(optional_entries_to_string(*plugin), "none");
+}
+
+TEST(PluginLoader, ATableOfALaterMinorLoadsAndOnlyWhatThisHvdKnowsIsRead) {
+  TableInMemory memory(sizeof(hvd_backend_v1) + 48, 7);
+  memory.table()->dtypes = HVD_DTYPE_BIT(HVD_FLOAT32) | HVD_DTYPE_BIT(40);  // 40: a later dtype
+  memory.table()->reduce_ops = HVD_REDUCE_OP_BIT(HVD_MAX) | HVD_REDUCE_OP_BIT(30);
+  memory.table()->abort = no_barrier;
+  auto plugin = plugin_from_table("in-memory", memory.table());
+  ASSERT_TRUE(plugin.ok()) << plugin.status().to_string();
+  EXPECT_EQ(plugin->dtypes, HVD_DTYPE_BIT(HVD_FLOAT32));
+  EXPECT_EQ(plugin->reduce_ops, HVD_REDUCE_OP_BIT(HVD_MAX));
+  EXPECT_EQ(optional_entries_to_string(*plugin), "abort");
+  EXPECT_EQ(dtypes_to_string(plugin->dtypes), "float32");
+  EXPECT_EQ(reduce_ops_to_string(plugin->reduce_ops), "max");
+}
+
+TEST(PluginLoader, ATableThatDeclaresNoDtypeOrNoOpIsRefusedWithTheReason) {
+  TableInMemory no_dtypes(sizeof(hvd_backend_v1), HVD_BACKEND_ABI_MINOR);
+  no_dtypes.table()->dtypes = HVD_DTYPE_BIT(40);  // none this hvd knows
+  auto plugin = plugin_from_table("in-memory", no_dtypes.table());
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_EQ(plugin.status().code(), HVD_ERR_PLUGIN);
+  EXPECT_EQ(plugin.status().message(),
+            "in-memory: its table declares no dtype this hvd knows (dtypes is 1099511627776: set "
+            "HVD_DTYPE_BIT of each dtype the plugin takes)");
+  TableInMemory no_ops(sizeof(hvd_backend_v1), HVD_BACKEND_ABI_MINOR);
+  no_ops.table()->reduce_ops = 0;
+  plugin = plugin_from_table("in-memory", no_ops.table());
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_TRUE(contains(plugin.status().message(), "declares no reduce op this hvd knows"));
+  TableInMemory too_small(HVD_BACKEND_V1_SIZE_1_0 - 8, 0);
+  plugin = plugin_from_table("in-memory", too_small.table());
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_TRUE(contains(plugin.status().message(), "smaller than ABI 1.0's"));
+}
+
+TEST(PluginLoader, APluginBuiltAgainstTheAbi10HeadersLoads) {
+  auto plugin = load_plugin(kTestPlugins / "libhvd-backend-kvs10.so");
+  ASSERT_TRUE(plugin.ok()) << plugin.status().to_string();
+  EXPECT_EQ(plugin->abi_minor, 0u);
+  EXPECT_EQ(plugin->table->struct_size, HVD_BACKEND_V1_SIZE_1_0);
+  EXPECT_EQ(plugin->dtypes, HVD_DTYPES_1_0);
+  EXPECT_EQ(plugin->reduce_ops, HVD_REDUCE_OPS_1_0);
 }
 
 TEST(PluginLoader, SearchPathIsHvdPluginPathThenTheInstallLocation) {
@@ -62,7 +151,7 @@ TEST(PluginLoader, AnAbiMajorMismatchNamesBothVersions) {
   ASSERT_FALSE(plugin.ok());
   EXPECT_TRUE(contains(plugin.status().message(),
                        "it was built for hvd backend ABI 2 (it exports hvd_backend_entry_v2) but "
-                       "this hvd speaks ABI 1.0"))
+                       "this hvd speaks ABI 1.1"))
       << plugin.status().message();
 }
 
@@ -76,7 +165,7 @@ TEST(PluginLoader, AnUnknownBackendListsWhatExistsAndWhereItLooked) {
   EXPECT_EQ(plugin.status().code(), HVD_ERR_NOT_FOUND);
   EXPECT_EQ(plugin.status().message(),
             "unknown backend 'nope': no libhvd-backend-nope.so in the plugin search path. "
-            "Available backends: failinit, kvs, kvsdevice, wrongsum. Searched: " +
+            "Available backends: failinit, kvs, kvs10, kvsdevice, kvsmin, wrongsum. Searched: " +
                 kTestPlugins.string() +
                 ", /nonexistent (HVD_PLUGIN_PATH adds directories; HVD_BACKEND may also be a file "
                 "path)");
@@ -84,11 +173,10 @@ TEST(PluginLoader, AnUnknownBackendListsWhatExistsAndWhereItLooked) {
 
 TEST(PluginLoader, ScanReportsGoodAndBadPlugins) {
   PluginScan scan = scan_plugins({kTestPlugins});
-  ASSERT_EQ(scan.plugins.size(), 4u);
-  EXPECT_EQ(scan.plugins[0].name, "failinit");
-  EXPECT_EQ(scan.plugins[1].name, "kvs");
-  EXPECT_EQ(scan.plugins[2].name, "kvsdevice");
-  EXPECT_EQ(scan.plugins[3].name, "wrongsum");
+  std::vector<std::string> names;
+  for (const Plugin& p : scan.plugins) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"failinit", "kvs", "kvs10", "kvsdevice", "kvsmin",
+                                             "wrongsum"}));
   // The variants of kvs load fine (failinit fails only at init, wrongsum computes wrong sums,
   // kvsdevice claims device memory); abi2, garbage and noentry do not load.
   ASSERT_EQ(scan.failures.size(), 3u);

@@ -34,20 +34,27 @@ extern "C" {
 
 typedef struct hvd_comm hvd_comm;
 
+/* Every struct below begins with struct_size (set it to sizeof the struct): later versions
+ * append fields, and hvd accepts any struct_size from the struct's 1.0 size (HVD_*_SIZE_1_0)
+ * on, so an application built against an older hvd.h keeps working (types.h). */
+
 /* Overrides of the environment; zeroed fields mean "use the environment". */
 typedef struct hvd_init_options {
   size_t struct_size;     /* sizeof(hvd_init_options) */
   const char* backend;    /* a name or a plugin path, as HVD_BACKEND */
   double timeout_seconds; /* as HVD_TIMEOUT */
 } hvd_init_options;
+#define HVD_INIT_OPTIONS_SIZE_1_0 HVD_FIELD_END(hvd_init_options, timeout_seconds)
 
-/* Where the buffers of a collective live. NULL means host memory. */
+/* Where the buffers of a collective live. NULL means host memory. Each rank may name its own
+ * device: ranks must agree on the kind of memory (host or CUDA), not on the device. */
 typedef struct hvd_placement {
   size_t struct_size; /* sizeof(hvd_placement) */
   hvd_memory_type memory_type;
   int32_t device; /* CUDA device ordinal, or -1 for host memory */
   void* stream;   /* cudaStream_t the call is ordered on (CUDA memory only) */
 } hvd_placement;
+#define HVD_PLACEMENT_SIZE_1_0 HVD_FIELD_END(hvd_placement, stream)
 
 /* Load the backend, join the job's other ranks, and create a communicator over all of them.
  * Collective. Fails with the same message on every rank when the ranks disagree on the backend. */
@@ -61,6 +68,10 @@ HVD_API int hvd_local_rank(const hvd_comm* comm);                /* -1 for NULL 
 HVD_API int hvd_local_size(const hvd_comm* comm);                /* -1 for NULL */
 HVD_API const char* hvd_backend_name(const hvd_comm* comm);      /* "" for NULL */
 HVD_API uint64_t hvd_backend_capabilities(const hvd_comm* comm); /* HVD_CAP_* bits; 0 for NULL */
+/* The dtypes (HVD_DTYPE_BIT of each) and reduce ops (HVD_REDUCE_OP_BIT of each) the backend
+ * takes; a collective on any other fails with HVD_ERR_UNSUPPORTED. 0 for NULL. */
+HVD_API uint64_t hvd_backend_dtypes(const hvd_comm* comm);
+HVD_API uint64_t hvd_backend_reduce_ops(const hvd_comm* comm);
 
 /* recvbuf[i] = op over ranks of sendbuf[i], i < count. In place when sendbuf == recvbuf. */
 HVD_API hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
@@ -86,7 +97,7 @@ HVD_API hvd_status hvd_barrier(hvd_comm* comm);
  * the requests (docs/scheduler.md). Ranks may submit in different orders; a name must be the
  * same on every rank and unique among this rank's tensors in flight. Buffers must stay valid
  * until the request completes. Validation failures (ranks that disagree on dtype, shape, op,
- * root, device or scale factors) complete the request on every rank with the same message.
+ * root, memory kind or scale factors) complete the request on every rank with the same message.
  * The first asynchronous call starts the scheduler; from then on the blocking collectives above
  * go through it too (in order, as every rank calls them). thread-safe: requests may be submitted
  * and waited on from any thread. */
@@ -120,6 +131,7 @@ typedef struct hvd_tensor {
   double postscale;               /* allreduce, floating types: result x postscale; 0 means 1 */
   const hvd_placement* placement; /* NULL: host memory */
 } hvd_tensor;
+#define HVD_TENSOR_SIZE_1_0 HVD_FIELD_END(hvd_tensor, placement)
 
 HVD_API hvd_status hvd_allreduce_async(hvd_comm* comm, const char* name, const void* sendbuf,
                                        void* recvbuf, hvd_dtype dtype, int32_t ndim,
@@ -160,6 +172,7 @@ typedef struct hvd_scheduler_stats {
   uint64_t tensors;           /* tensors completed */
   uint64_t backend_calls;     /* data collectives run (a fusion buffer counts once) */
 } hvd_scheduler_stats;
+#define HVD_SCHEDULER_STATS_SIZE_1_0 HVD_FIELD_END(hvd_scheduler_stats, backend_calls)
 HVD_API hvd_status hvd_scheduler_stats_get(hvd_comm* comm, hvd_scheduler_stats* stats);
 
 /* The message of the calling thread's last failed hvd call ("" if none). Never NULL. */

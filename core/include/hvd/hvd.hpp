@@ -131,6 +131,13 @@ class Comm {
   int local_size() const { return hvd_local_size(comm_); }
   std::string backend() const { return hvd_backend_name(comm_); }
   uint64_t capabilities() const { return hvd_backend_capabilities(comm_); }
+  // Whether the backend takes this dtype, and this reduce op (hvd_backend_dtypes/reduce_ops).
+  bool takes(hvd_dtype dtype) const {
+    return (hvd_backend_dtypes(comm_) & HVD_DTYPE_BIT(dtype)) != 0;
+  }
+  bool takes(hvd_reduce_op op) const {
+    return (hvd_backend_reduce_ops(comm_) & HVD_REDUCE_OP_BIT(op)) != 0;
+  }
   hvd_comm* get() const { return comm_; }
 
   Status allreduce(const void* send, void* recv, uint64_t count, hvd_dtype dtype, hvd_reduce_op op,

@@ -64,10 +64,23 @@ hvd::Status require(const hvd_comm* comm) {
                                        : hvd::error(HVD_ERR_INVALID_ARGUMENT, "comm is NULL");
 }
 
-hvd_collective_args make_args(const void* sendbuf, void* recvbuf, uint64_t count, hvd_dtype dtype,
-                              const hvd_placement* placement) {
+// A struct the application filled in: its struct_size must cover at least the struct's 1.0
+// fields. An application built against an older hvd.h passes a smaller struct than this hvd's,
+// so fields after 1.0 are read only where HVD_HAS_FIELD says the struct has them.
+hvd::Status check_size(size_t struct_size, size_t size_1_0, const char* type) {
+  if (struct_size >= size_1_0) return hvd::Status::success();
+  return hvd::error(HVD_ERR_INVALID_ARGUMENT,
+                    std::string(type) + ".struct_size is " + std::to_string(struct_size) +
+                        ", less than the " + std::to_string(size_1_0) +
+                        " bytes of its first version: set it to sizeof(" + type + ")");
+}
+
+hvd::Result<hvd_collective_args> make_args(const void* sendbuf, void* recvbuf, uint64_t count,
+                                           hvd_dtype dtype, const hvd_placement* placement) {
   hvd_collective_args args = hvd::core::host_args(sendbuf, recvbuf, count, dtype);
   if (placement != nullptr) {
+    HVD_RETURN_IF_ERROR(
+        check_size(placement->struct_size, HVD_PLACEMENT_SIZE_1_0, "hvd_placement"));
     args.memory_type = placement->memory_type;
     args.device = placement->device;
     args.stream = placement->stream;
@@ -78,6 +91,18 @@ hvd_collective_args make_args(const void* sendbuf, void* recvbuf, uint64_t count
 using hvd::core::OpType;
 using hvd::core::Submission;
 
+// A barrier once the scheduler runs: a one-element allreduce in a dtype and op the backend
+// takes (token holds any of them).
+hvd_collective_args barrier_args(const hvd::core::Plugin& plugin, uint64_t* token) {
+  int dtype = 0;
+  while (!plugin.takes(static_cast<hvd_dtype>(dtype))) ++dtype;
+  int op = 0;
+  while (!plugin.takes(static_cast<hvd_reduce_op>(op))) ++op;
+  hvd_collective_args args = hvd::core::host_args(token, token, 1, static_cast<hvd_dtype>(dtype));
+  args.op = static_cast<hvd_reduce_op>(op);
+  return args;
+}
+
 // The scheduler of `comm`, started on first use (HVD_CYCLE_TIME and friends read then).
 hvd::Result<hvd::core::Scheduler*> scheduler_of(hvd_comm* comm) {
   if (comm->scheduled.load(std::memory_order_acquire)) return comm->scheduler.get();
@@ -85,10 +110,13 @@ hvd::Result<hvd::core::Scheduler*> scheduler_of(hvd_comm* comm) {
   if (!comm->scheduler) {
     const hvd::core::EnvLookup env = hvd::core::process_env();
     HVD_ASSIGN_OR_RETURN(auto options, hvd::core::SchedulerOptions::from_env(env));
-    // Negotiation moves host bytes: a backend without host memory (NCCL) negotiates through a
-    // controller backend (HVD_CONTROLLER, default gloo), made now on every rank alike.
+    // Negotiation moves host bytes: a backend that cannot carry it (NCCL has no host memory; a
+    // plugin may lack the dtypes or the op it needs) negotiates through a controller backend
+    // (HVD_CONTROLLER, default gloo), made now on every rank alike.
     hvd::core::Collectives* control = comm->impl.get();
-    if ((comm->impl->plugin().capabilities & HVD_CAP_HOST_MEMORY) == 0) {
+    const hvd::core::Plugin& plugin = comm->impl->plugin();
+    if (!hvd::core::Scheduler::can_negotiate_over(plugin.capabilities, plugin.dtypes,
+                                                  plugin.reduce_ops)) {
       hvd::core::CommOptions controller;
       controller.backend = hvd::core::knob(env, "CONTROLLER").value_or("gloo");
       controller.purpose = "the controller of " + comm->impl->plugin().name;
@@ -104,9 +132,7 @@ hvd::Result<hvd::core::Scheduler*> scheduler_of(hvd_comm* comm) {
 
 // One tensor of the C API into *s, checked for what the C side alone can get wrong.
 hvd::Status submission_of(const hvd_tensor& t, Submission* s) {
-  if (t.struct_size < sizeof(hvd_tensor)) {
-    return hvd::error(HVD_ERR_INVALID_ARGUMENT, "hvd_tensor.struct_size is not set");
-  }
+  HVD_RETURN_IF_ERROR(check_size(t.struct_size, HVD_TENSOR_SIZE_1_0, "hvd_tensor"));
   if (t.collective < HVD_COLLECTIVE_ALLREDUCE || t.collective > HVD_COLLECTIVE_BROADCAST) {
     return hvd::error(HVD_ERR_INVALID_ARGUMENT,
                       "collective " + std::to_string(t.collective) + " is not an hvd_collective");
@@ -126,6 +152,8 @@ hvd::Status submission_of(const hvd_tensor& t, Submission* s) {
   spec.prescale = t.prescale == 0 ? 1 : t.prescale;
   spec.postscale = t.postscale == 0 ? 1 : t.postscale;
   if (t.placement != nullptr) {
+    HVD_RETURN_IF_ERROR(
+        check_size(t.placement->struct_size, HVD_PLACEMENT_SIZE_1_0, "hvd_placement"));
     spec.memory = t.placement->memory_type;
     spec.device = t.placement->device;
     s->stream = t.placement->stream;
@@ -219,9 +247,8 @@ hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm) {
     *comm = nullptr;
     hvd::core::CommOptions opts;
     if (options != nullptr) {
-      if (options->struct_size < sizeof(hvd_init_options)) {
-        return hvd::error(HVD_ERR_INVALID_ARGUMENT, "hvd_init_options.struct_size is not set");
-      }
+      HVD_RETURN_IF_ERROR(
+          check_size(options->struct_size, HVD_INIT_OPTIONS_SIZE_1_0, "hvd_init_options"));
       if (options->backend != nullptr && *options->backend != '\0') opts.backend = options->backend;
       if (options->timeout_seconds > 0) {
         opts.timeout = std::chrono::milliseconds(
@@ -249,6 +276,10 @@ int hvd_local_size(const hvd_comm* comm) { return comm ? comm->impl->world().loc
 uint64_t hvd_backend_capabilities(const hvd_comm* comm) {
   return comm ? comm->impl->plugin().capabilities : 0;
 }
+uint64_t hvd_backend_dtypes(const hvd_comm* comm) { return comm ? comm->impl->plugin().dtypes : 0; }
+uint64_t hvd_backend_reduce_ops(const hvd_comm* comm) {
+  return comm ? comm->impl->plugin().reduce_ops : 0;
+}
 const char* hvd_backend_name(const hvd_comm* comm) {
   return comm ? comm->impl->plugin().name.c_str() : "";
 }
@@ -257,7 +288,8 @@ hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
                          hvd_dtype dtype, hvd_reduce_op op, const hvd_placement* placement) {
   return guarded([&] {
     HVD_RETURN_IF_ERROR(require(comm));
-    hvd_collective_args args = make_args(sendbuf, recvbuf, count, dtype, placement);
+    HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
+                         make_args(sendbuf, recvbuf, count, dtype, placement));
     args.op = op;
     return collective(comm, OpType::kAllreduce, args, [&] { return comm->impl->allreduce(args); });
   });
@@ -267,7 +299,8 @@ hvd_status hvd_allgather(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
                          hvd_dtype dtype, const hvd_placement* placement) {
   return guarded([&] {
     HVD_RETURN_IF_ERROR(require(comm));
-    const hvd_collective_args args = make_args(sendbuf, recvbuf, count, dtype, placement);
+    HVD_ASSIGN_OR_RETURN(const hvd_collective_args args,
+                         make_args(sendbuf, recvbuf, count, dtype, placement));
     return collective(comm, OpType::kAllgather, args, [&] { return comm->impl->allgather(args); });
   });
 }
@@ -279,7 +312,8 @@ hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
     HVD_RETURN_IF_ERROR(require(comm));
     if (recv_counts == nullptr)
       return hvd::error(HVD_ERR_INVALID_ARGUMENT, "allgatherv: recv_counts is NULL");
-    hvd_collective_args args = make_args(sendbuf, recvbuf, 0, dtype, placement);
+    HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
+                         make_args(sendbuf, recvbuf, 0, dtype, placement));
     args.count = recv_counts[comm->impl->world().rank];
     args.recv_counts = recv_counts;
     return collective(comm, OpType::kAllgather, args, [&] { return comm->impl->allgather(args); });
@@ -290,7 +324,8 @@ hvd_status hvd_broadcast(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
                          hvd_dtype dtype, int root, const hvd_placement* placement) {
   return guarded([&] {
     HVD_RETURN_IF_ERROR(require(comm));
-    hvd_collective_args args = make_args(sendbuf, recvbuf, count, dtype, placement);
+    HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
+                         make_args(sendbuf, recvbuf, count, dtype, placement));
     args.root = root;
     return collective(comm, OpType::kBroadcast, args, [&] { return comm->impl->broadcast(args); });
   });
@@ -300,9 +335,9 @@ hvd_status hvd_barrier(hvd_comm* comm) {
   return guarded([&] {
     HVD_RETURN_IF_ERROR(require(comm));
     if (comm->scheduled.load(std::memory_order_acquire)) {
-      uint8_t token = 0;  // a one-byte allreduce, in the scheduler's order
+      uint64_t token = 0;  // a one-element allreduce, in the scheduler's order
       return through_scheduler(comm, OpType::kAllreduce,
-                               make_args(&token, &token, 1, HVD_UINT8, nullptr));
+                               barrier_args(comm->impl->plugin(), &token));
     }
     return comm->impl->barrier();
   });
@@ -381,9 +416,9 @@ void hvd_request_free(hvd_request* request) {
 hvd_status hvd_scheduler_stats_get(hvd_comm* comm, hvd_scheduler_stats* stats) {
   return guarded([&] {
     HVD_RETURN_IF_ERROR(require(comm));
-    if (stats == nullptr || stats->struct_size < sizeof(hvd_scheduler_stats)) {
-      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "stats is NULL or its struct_size is not set");
-    }
+    if (stats == nullptr) return hvd::error(HVD_ERR_INVALID_ARGUMENT, "stats is NULL");
+    HVD_RETURN_IF_ERROR(
+        check_size(stats->struct_size, HVD_SCHEDULER_STATS_SIZE_1_0, "hvd_scheduler_stats"));
     hvd::core::Scheduler::Stats s;
     {
       std::lock_guard<std::mutex> lock(comm->scheduler_mutex);

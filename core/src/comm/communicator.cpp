@@ -16,9 +16,13 @@ namespace {
 // so keys of one init never collide with keys of an earlier one on the same store.
 std::atomic<int> g_epoch{0};
 
-// A collective on `count` bytes of host memory (root 0): hvd's own control messages.
-hvd_collective_args host_bytes(const void* send, void* recv, uint64_t count) {
-  return host_args(send, recv, count, HVD_UINT8);
+// Derived alike on every rank: the world communicator of the epoch-th hvd_init (FNV-1a).
+uint64_t world_comm_id(int epoch) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const char c : "hvd world " + std::to_string(epoch)) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  }
+  return hash;
 }
 
 }  // namespace
@@ -46,7 +50,7 @@ Result<SharedRendezvous> rendezvous_through_launcher(const World& world,
 
   HVD_ASSIGN_OR_RETURN(SharedRendezvous made,
                        share_rendezvous(world, env, [&](void* record, size_t size) {
-                         return bootstrap->broadcast(host_bytes(record, record, size));
+                         return bootstrap->broadcast(bootstrap->control_args(record, record, size));
                        }));
   log(HVD_LOG_INFO, "rendezvous made through '" + helper + "' at " + made.address.to_string());
   return made;
@@ -67,7 +71,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
     HVD_ASSIGN_OR_RETURN(comm->timeout_, timeout_from_env(env));
   }
 
-  const std::string prefix = "hvd/" + std::to_string(g_epoch++) + "/";
+  const int epoch = g_epoch++;
+  const std::string prefix = "hvd/" + std::to_string(epoch) + "/";
   const std::string spec =
       options.backend ? *options.backend : knob(env, "BACKEND").value_or("gloo");
   Result<Plugin> loaded = resolve_backend(spec, plugin_search_path(env));
@@ -163,6 +168,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   args.timeout_ms = comm->timeout_.count();
   args.local_address = local_address.c_str();
   args.host = comm->services_->table();
+  std::vector<int32_t> members(static_cast<size_t>(world.size));
+  for (int32_t r = 0; r < world.size; ++r) members[static_cast<size_t>(r)] = r;
+  args.members = members.data();
+  args.member_count = world.size;
+  args.comm_id = world_comm_id(epoch);
+  args.member_local_rank = world.local_rank;
+  args.member_local_size = world.local_size;
   hvd_backend_comm* backend = nullptr;
   HVD_RETURN_IF_ERROR(
       comm->call_backend("init", [&] { return comm->plugin_.table->init(&args, &backend); }));
@@ -180,7 +192,7 @@ Status Communicator::agree_through_backend(const std::string& choice) {
   std::vector<char> mine(kRecord, '\0');
   std::memcpy(mine.data(), choice.data(), std::min(choice.size(), kRecord - 1));
   std::vector<char> all(kRecord * static_cast<size_t>(world_.size));
-  HVD_RETURN_IF_ERROR(allgather(host_bytes(mine.data(), all.data(), kRecord))
+  HVD_RETURN_IF_ERROR(allgather(control_args(mine.data(), all.data(), kRecord))
                           .with_context("checking that every rank uses the same backend"));
   std::vector<std::string> choices;
   for (int r = 0; r < world_.size; ++r)
@@ -261,6 +273,16 @@ Status Communicator::validate(const char* what, const hvd_collective_args& a, bo
                                           "' does not take " + (cuda ? "CUDA" : "host") +
                                           " memory (capabilities: " +
                                           capabilities_to_string(plugin_.capabilities) + ")");
+  }
+  // Only what the plugin declared reaches it (a 1.0 plugin declared every 1.0 dtype and op).
+  const bool op_taken = !uses_op || plugin_.takes(a.op);
+  if (!plugin_.takes(a.dtype) || !op_taken) {
+    return error(
+        HVD_ERR_UNSUPPORTED,
+        std::string(what) + ": backend '" + plugin_.name + "' does not take " +
+            hvd_dtype_name(a.dtype) + (uses_op ? std::string(" ") + hvd_reduce_op_name(a.op) : "") +
+            " (its dtypes: " + dtypes_to_string(plugin_.dtypes) +
+            (uses_op ? "; its reduce ops: " + reduce_ops_to_string(plugin_.reduce_ops) : "") + ")");
   }
   return Status::success();
 }
@@ -356,6 +378,19 @@ Status Communicator::broadcast(const hvd_collective_args& args) {
                   [&](const hvd_collective_args& host) { return broadcast(host); });
   }
   return call_backend("broadcast", [&] { return plugin_.table->broadcast(backend_, &args); });
+}
+
+hvd_collective_args Communicator::control_args(const void* send, void* recv, size_t bytes) const {
+  // The narrowest dtype the plugin takes whose size divides `bytes`: bytes are only moved.
+  hvd_dtype dtype = HVD_UINT8;
+  for (hvd_dtype d : {HVD_UINT8, HVD_INT8, HVD_FLOAT16, HVD_BFLOAT16, HVD_INT32, HVD_FLOAT32,
+                      HVD_INT64, HVD_FLOAT64}) {
+    if (plugin_.takes(d) && bytes % hvd_dtype_size(d) == 0) {
+      dtype = d;
+      break;
+    }
+  }
+  return host_args(send, recv, bytes / hvd_dtype_size(dtype), dtype);
 }
 
 Status Communicator::barrier() {

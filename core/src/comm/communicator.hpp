@@ -53,6 +53,9 @@ class Communicator final : public Collectives {
   int rank() const override { return world_.rank; }
   int size() const override { return world_.size; }
   Status barrier();
+  // A collective that moves `bytes` of host memory (hvd's own control records), in a dtype the
+  // plugin takes.
+  hvd_collective_args control_args(const void* send, void* recv, size_t bytes) const;
 
   const World& world() const { return world_; }
   const Plugin& plugin() const { return plugin_; }

@@ -40,9 +40,6 @@ std::vector<std::string> entry_symbols_in(const fs::path& file) {
   return found;
 }
 
-// The size of the 1.0 table: a plugin's table must be at least this large.
-constexpr size_t kTableSizeV1_0 = offsetof(hvd_backend_v1, reduce_scatter) + sizeof(void*);
-
 Status validate_table(const fs::path& file, const hvd_backend_v1* t) {
   if (t == nullptr) return plugin_error(file, "hvd_backend_entry_v1() returned NULL");
   if (t->abi_major != HVD_BACKEND_ABI_MAJOR) {
@@ -51,10 +48,10 @@ Status validate_table(const fs::path& file, const hvd_backend_v1* t) {
                                   std::to_string(HVD_BACKEND_ABI_MAJOR) + "." +
                                   std::to_string(HVD_BACKEND_ABI_MINOR));
   }
-  if (t->struct_size < kTableSizeV1_0) {
+  if (t->struct_size < HVD_BACKEND_V1_SIZE_1_0) {
     return plugin_error(file, "its table is " + std::to_string(t->struct_size) +
                                   " bytes, smaller than ABI 1.0's " +
-                                  std::to_string(kTableSizeV1_0));
+                                  std::to_string(HVD_BACKEND_V1_SIZE_1_0));
   }
   if (t->name == nullptr || *t->name == '\0') return plugin_error(file, "its table has no name");
   if (t->init == nullptr || t->finalize == nullptr || t->allreduce == nullptr ||
@@ -65,6 +62,18 @@ Status validate_table(const fs::path& file, const hvd_backend_v1* t) {
   }
   if ((t->capabilities & HVD_CAP_REDUCE_SCATTER) != 0 && t->reduce_scatter == nullptr) {
     return plugin_error(file, "it claims reduce_scatter but its entry point is NULL");
+  }
+  if (HVD_HAS_FIELD(t, hvd_backend_v1, reduce_ops)) {
+    if ((t->dtypes & kKnownDtypes) == 0) {
+      return plugin_error(file, "its table declares no dtype this hvd knows (dtypes is " +
+                                    std::to_string(t->dtypes) +
+                                    ": set HVD_DTYPE_BIT of each dtype the plugin takes)");
+    }
+    if ((t->reduce_ops & kKnownReduceOps) == 0) {
+      return plugin_error(file, "its table declares no reduce op this hvd knows (reduce_ops is " +
+                                    std::to_string(t->reduce_ops) +
+                                    ": set HVD_REDUCE_OP_BIT of each op the plugin takes)");
+    }
   }
   return Status::success();
 }
@@ -132,9 +141,13 @@ Result<Plugin> load_plugin(const fs::path& file) {
                                   std::string(HVD_BACKEND_ENTRY_SYMBOL));
   }
   const auto entry = library.get<const hvd_backend_v1*()>(HVD_BACKEND_ENTRY_SYMBOL);
-  const hvd_backend_v1* table = entry();
-  HVD_RETURN_IF_ERROR(validate_table(file, table));
+  HVD_ASSIGN_OR_RETURN(Plugin plugin, plugin_from_table(file, entry()));
+  plugin.path = canonical;
+  return plugin;
+}
 
+Result<Plugin> plugin_from_table(const fs::path& file, const hvd_backend_v1* table) {
+  HVD_RETURN_IF_ERROR(validate_table(file, table));
   Plugin plugin;
   plugin.name = table->name;
   plugin.version = table->version != nullptr ? table->version : "";
@@ -142,8 +155,17 @@ Result<Plugin> load_plugin(const fs::path& file) {
   plugin.abi_major = table->abi_major;
   plugin.abi_minor = table->abi_minor;
   plugin.capabilities = table->capabilities;
-  plugin.path = canonical;
+  plugin.path = file;
   plugin.table = table;
+  // A table from a later minor has fields this hvd does not know (never read), and may declare
+  // dtypes and ops it does not know (never passed: the host rejects unknown values first).
+  if (HVD_HAS_FIELD(table, hvd_backend_v1, dtypes)) plugin.dtypes = table->dtypes & kKnownDtypes;
+  if (HVD_HAS_FIELD(table, hvd_backend_v1, reduce_ops)) {
+    plugin.reduce_ops = table->reduce_ops & kKnownReduceOps;
+  }
+  if (HVD_HAS_FIELD(table, hvd_backend_v1, split)) plugin.split = table->split;
+  if (HVD_HAS_FIELD(table, hvd_backend_v1, abort)) plugin.abort = table->abort;
+  if (HVD_HAS_FIELD(table, hvd_backend_v1, alltoall)) plugin.alltoall = table->alltoall;
   return plugin;
 }
 
@@ -206,6 +228,33 @@ std::string capabilities_to_string(uint64_t capabilities) {
   for (const auto& [bit, name] : names) {
     if ((capabilities & bit) != 0) out += (out.empty() ? "" : ",") + std::string(name);
   }
+  return out.empty() ? "none" : out;
+}
+
+std::string dtypes_to_string(uint64_t dtypes) {
+  std::string out;
+  for (int d = 0; d < HVD_DTYPE_COUNT; ++d) {
+    if ((dtypes & HVD_DTYPE_BIT(d)) != 0)
+      out += (out.empty() ? "" : ",") + std::string(hvd_dtype_name(d));
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::string reduce_ops_to_string(uint64_t reduce_ops) {
+  std::string out;
+  for (int op = 0; op < HVD_REDUCE_OP_COUNT; ++op) {
+    if ((reduce_ops & HVD_REDUCE_OP_BIT(op)) != 0) {
+      out += (out.empty() ? "" : ",") + std::string(hvd_reduce_op_name(op));
+    }
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::string optional_entries_to_string(const Plugin& plugin) {
+  std::string out;
+  if (plugin.split != nullptr) out += "split";
+  if (plugin.abort != nullptr) out += std::string(out.empty() ? "" : ",") + "abort";
+  if (plugin.alltoall != nullptr) out += std::string(out.empty() ? "" : ",") + "alltoall";
   return out.empty() ? "none" : out;
 }
 

@@ -19,6 +19,12 @@ namespace hvd::core {
 
 namespace fs = std::filesystem;
 
+// Every dtype and reduce op this hvd knows: a plugin is never passed any other.
+constexpr uint64_t kKnownDtypes = HVD_DTYPE_BIT(HVD_DTYPE_COUNT) - 1;
+constexpr uint64_t kKnownReduceOps = HVD_REDUCE_OP_BIT(HVD_REDUCE_OP_COUNT) - 1;
+
+// A loaded plugin's table, read by the rules of its ABI minor: a field its table predates holds
+// its default, so nothing else in hvd reads the table's 1.1 fields directly.
 struct Plugin {
   std::string name;
   std::string version;
@@ -26,8 +32,17 @@ struct Plugin {
   uint32_t abi_major = 0;
   uint32_t abi_minor = 0;
   uint64_t capabilities = 0;
+  uint64_t dtypes = HVD_DTYPES_1_0;  // what it declared, within what this hvd knows
+  uint64_t reduce_ops = HVD_REDUCE_OPS_1_0;
   fs::path path;
-  const hvd_backend_v1* table = nullptr;
+  const hvd_backend_v1* table = nullptr;  // for the 1.0 entries
+  // The optional 1.1 entries: null where the plugin has none or its table predates them.
+  decltype(hvd_backend_v1::split) split = nullptr;
+  decltype(hvd_backend_v1::abort) abort = nullptr;
+  decltype(hvd_backend_v1::alltoall) alltoall = nullptr;
+
+  bool takes(hvd_dtype dtype) const { return (dtypes & HVD_DTYPE_BIT(dtype)) != 0; }
+  bool takes(hvd_reduce_op op) const { return (reduce_ops & HVD_REDUCE_OP_BIT(op)) != 0; }
 };
 
 struct PluginFailure {
@@ -46,6 +61,10 @@ std::vector<fs::path> plugin_search_path(const EnvLookup& env);
 // "libhvd-backend-gloo.so" for "gloo".
 std::string plugin_file_name(const std::string& backend);
 
+// Validate a table and read it by its struct_size (`file` names it in errors). Errors:
+// HVD_ERR_PLUGIN with the reason (ABI major mismatch naming both versions, malformed table).
+Result<Plugin> plugin_from_table(const fs::path& file, const hvd_backend_v1* table);
+
 // Load one file and validate its table. Errors: HVD_ERR_PLUGIN with the reason (not loadable,
 // no entry symbol, ABI major mismatch naming both versions, malformed table).
 Result<Plugin> load_plugin(const fs::path& file);
@@ -60,6 +79,11 @@ Result<Plugin> resolve_backend(const std::string& spec, const std::vector<fs::pa
 
 // "host,cuda,allgatherv" for hvd-info and messages.
 std::string capabilities_to_string(uint64_t capabilities);
+// "int32,float32" and "sum,min": the named members of a dtype or reduce-op set.
+std::string dtypes_to_string(uint64_t dtypes);
+std::string reduce_ops_to_string(uint64_t reduce_ops);
+// "split,abort,alltoall": the optional 1.1 entries a plugin has ("none").
+std::string optional_entries_to_string(const Plugin& plugin);
 
 }  // namespace hvd::core
 

@@ -107,6 +107,13 @@ class Scheduler {
   // tensors; they may be the same object. Both must outlive the scheduler.
   static Result<std::unique_ptr<Scheduler>> start(Collectives& data, Collectives& control,
                                                   SchedulerOptions options);
+  // Whether a backend can carry negotiation (be `control`): host memory, uint8 and int64, and
+  // MIN (a backend that cannot negotiates through another, HVD_CONTROLLER).
+  static bool can_negotiate_over(uint64_t capabilities, uint64_t dtypes, uint64_t reduce_ops) {
+    const uint64_t needed_dtypes = HVD_DTYPE_BIT(HVD_UINT8) | HVD_DTYPE_BIT(HVD_INT64);
+    return (capabilities & HVD_CAP_HOST_MEMORY) != 0 && (dtypes & needed_dtypes) == needed_dtypes &&
+           (reduce_ops & HVD_REDUCE_OP_BIT(HVD_MIN)) != 0;
+  }
   ~Scheduler();  // shutdown(), then joins
 
   // Checks the arguments here (a bad one fails now, on this rank) and queues the tensor.

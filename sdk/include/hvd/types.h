@@ -1,7 +1,9 @@
 /* hvd/types.h — the vocabulary shared by the public API (hvd.h) and the backend ABI (backend.h).
  *
  * C99, no dependencies. Every enum value below is part of the stable ABI: values are never
- * renumbered or reused; new ones are appended (see docs/plugin-abi.md). */
+ * renumbered or reused; new ones are appended (see docs/plugin-abi.md). A reader never acts on
+ * an enum value it does not know: the host rejects it before any plugin sees it, and passes a
+ * plugin only the dtypes and reduce ops that plugin declared. */
 #ifndef HVD_TYPES_H
 #define HVD_TYPES_H
 
@@ -11,6 +13,18 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* How structs evolve. Every struct of hvd's C interfaces begins with `size_t struct_size`, which
+ * its writer sets to sizeof the struct as it was compiled. Minor versions only append fields.
+ * A reader accepts any struct_size of at least the struct's 1.0 size (each struct has a named
+ * constant, HVD_<STRUCT>_SIZE_1_0) and reads a field newer than 1.0 only where the writer's
+ * struct_size covers it:
+ *
+ *     if (HVD_HAS_FIELD(args, hvd_backend_init_args, comm_id)) id = args->comm_id;
+ *
+ * A field the writer did not know takes the default its comment names. */
+#define HVD_FIELD_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
+#define HVD_HAS_FIELD(ptr, type, field) ((ptr)->struct_size >= HVD_FIELD_END(type, field))
 
 /* Every enum carries two sentinels that are not values: they pin it to 32 signed bits, so its
  * size is fixed in the ABI and any int32 a C caller passes is a representable (and then
@@ -49,6 +63,9 @@ typedef enum hvd_dtype {
   HVD_ENUM_RANGE(HVD_DTYPE_)
 } hvd_dtype;
 #define HVD_DTYPE_COUNT 8
+/* A set of dtypes, as a bit mask (hvd_backend_v1.dtypes, hvd_backend_dtypes()). */
+#define HVD_DTYPE_BIT(dtype) (1ull << (dtype))
+#define HVD_DTYPES_1_0 0xffull /* the eight dtypes of ABI 1.0, uint8 to float64 */
 
 /* Reduction operators. AVERAGE is SUM divided by the number of ranks; for integer types the
  * division truncates toward zero, as C's integer division does. */
@@ -61,6 +78,9 @@ typedef enum hvd_reduce_op {
   HVD_ENUM_RANGE(HVD_REDUCE_OP_)
 } hvd_reduce_op;
 #define HVD_REDUCE_OP_COUNT 5
+/* A set of reduce ops, as a bit mask (hvd_backend_v1.reduce_ops, hvd_backend_reduce_ops()). */
+#define HVD_REDUCE_OP_BIT(op) (1ull << (op))
+#define HVD_REDUCE_OPS_1_0 0x1full /* the five ops of ABI 1.0, sum to product */
 
 /* Where a buffer lives. */
 typedef enum hvd_memory_type {

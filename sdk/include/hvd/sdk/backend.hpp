@@ -7,7 +7,15 @@
 //     hvd::Status allgather(const hvd_collective_args& args);
 //     hvd::Status broadcast(const hvd_collective_args& args);
 //     hvd::Status barrier();
-//     hvd::Status reduce_scatter(const hvd_collective_args& args);  // optional
+//
+//     // Optional: each one that exists fills its slot of the table.
+//     hvd::Status reduce_scatter(const hvd_collective_args& args);
+//     hvd::Status alltoall(const hvd_collective_args& args);
+//     // A child communicator (args null: this rank joins none; return nullptr then).
+//     hvd::Result<std::unique_ptr<MyBackend>> split(const hvd::sdk::InitContext* child);
+//     hvd::Status abort();  // called from another thread while a call runs: make it return
+//     static constexpr uint64_t dtypes = HVD_DTYPE_BIT(HVD_FLOAT32);  // default: every dtype
+//     static constexpr uint64_t reduce_ops = HVD_REDUCE_OP_BIT(HVD_SUM);  // default: every op
 //   };
 //   HVD_BACKEND_PLUGIN(MyBackend, "mine", "1.0.0", "My fabric", HVD_CAP_HOST_MEMORY)
 //
@@ -21,6 +29,7 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -75,15 +84,45 @@ class Host {
   const hvd_host_services* services_;
 };
 
-// Everything a backend learns at init.
+// Everything a backend learns when a communicator is made (hvd_backend_init_args, with the 1.1
+// fields' defaults filled in where the host's struct predates them).
 struct InitContext {
-  int rank = 0;
-  int size = 1;
-  int local_rank = 0;
+  int rank = 0;        // in the communicator
+  int size = 1;        // of the communicator
+  int local_rank = 0;  // of the process among the job's processes on its host
   int local_size = 1;
   std::chrono::milliseconds timeout{0};
   std::string local_address;
   Host host;
+  std::vector<int> members;  // members[i]: the job rank of communicator rank i
+  uint64_t comm_id = 0;
+  int member_local_rank = 0;  // among the communicator's members on this host
+  int member_local_size = 1;
+
+  // The context of `args`, read by its struct_size.
+  static InitContext from(const hvd_backend_init_args& args) {
+    InitContext c{args.rank,
+                  args.size,
+                  args.local_rank,
+                  args.local_size,
+                  std::chrono::milliseconds(args.timeout_ms),
+                  args.local_address != nullptr ? args.local_address : "",
+                  Host(args.host)};
+    if (HVD_HAS_FIELD(&args, hvd_backend_init_args, member_count) && args.members != nullptr) {
+      c.members.assign(args.members, args.members + args.member_count);
+    } else {
+      for (int r = 0; r < args.size; ++r) c.members.push_back(r);
+    }
+    if (HVD_HAS_FIELD(&args, hvd_backend_init_args, comm_id)) c.comm_id = args.comm_id;
+    if (HVD_HAS_FIELD(&args, hvd_backend_init_args, member_local_size)) {
+      c.member_local_rank = args.member_local_rank;
+      c.member_local_size = args.member_local_size;
+    } else {
+      c.member_local_rank = args.local_rank;
+      c.member_local_size = args.local_size;
+    }
+    return c;
+  }
 };
 
 // Read an environment variable, or `fallback` when it is unset or empty.
@@ -94,11 +133,38 @@ inline std::string env_or(const char* name, const std::string& fallback) {
 
 namespace detail {
 
+// Which optional members a backend class has.
 template <typename T, typename = void>
 struct has_reduce_scatter : std::false_type {};
 template <typename T>
 struct has_reduce_scatter<T, std::void_t<decltype(std::declval<T&>().reduce_scatter(
                                  std::declval<const hvd_collective_args&>()))>> : std::true_type {};
+template <typename T, typename = void>
+struct has_alltoall : std::false_type {};
+template <typename T>
+struct has_alltoall<T, std::void_t<decltype(std::declval<T&>().alltoall(
+                           std::declval<const hvd_collective_args&>()))>> : std::true_type {};
+template <typename T, typename = void>
+struct has_split : std::false_type {};
+template <typename T>
+struct has_split<
+    T, std::void_t<decltype(std::declval<T&>().split(std::declval<const InitContext*>()))>>
+    : std::true_type {};
+template <typename T, typename = void>
+struct has_abort : std::false_type {};
+template <typename T>
+struct has_abort<T, std::void_t<decltype(std::declval<T&>().abort())>> : std::true_type {};
+
+template <typename T, typename = void>
+struct dtypes_of : std::integral_constant<uint64_t, HVD_DTYPES_1_0> {};
+template <typename T>
+struct dtypes_of<T, std::void_t<decltype(T::dtypes)>>
+    : std::integral_constant<uint64_t, T::dtypes> {};
+template <typename T, typename = void>
+struct reduce_ops_of : std::integral_constant<uint64_t, HVD_REDUCE_OPS_1_0> {};
+template <typename T>
+struct reduce_ops_of<T, std::void_t<decltype(T::reduce_ops)>>
+    : std::integral_constant<uint64_t, T::reduce_ops> {};
 
 // What hvd_backend_comm* points to: the plugin object and the host to report errors to.
 template <typename Backend>
@@ -131,14 +197,7 @@ template <typename Backend>
 hvd_status init(const hvd_backend_init_args* args, hvd_backend_comm** comm) noexcept {
   const Host host(args->host);
   return guarded(host, [&]() -> Status {
-    InitContext context{args->rank,
-                        args->size,
-                        args->local_rank,
-                        args->local_size,
-                        std::chrono::milliseconds(args->timeout_ms),
-                        args->local_address != nullptr ? args->local_address : "",
-                        host};
-    Result<std::unique_ptr<Backend>> created = Backend::create(context);
+    Result<std::unique_ptr<Backend>> created = Backend::create(InitContext::from(*args));
     if (!created.ok()) return created.status();
     *comm =
         reinterpret_cast<hvd_backend_comm*>(new Comm<Backend>{std::move(created).value(), host});
@@ -168,6 +227,30 @@ hvd_status barrier(hvd_backend_comm* comm) noexcept {
   return guarded(self->host, [&] { return self->backend->barrier(); });
 }
 
+template <typename Backend>
+hvd_status split(hvd_backend_comm* parent, const hvd_backend_init_args* args,
+                 hvd_backend_comm** child) noexcept {
+  Comm<Backend>* self = comm_of<Backend>(parent);
+  *child = nullptr;
+  return guarded(self->host, [&]() -> Status {
+    std::optional<InitContext> context;
+    if (args != nullptr) context = InitContext::from(*args);
+    Result<std::unique_ptr<Backend>> made = self->backend->split(context ? &*context : nullptr);
+    if (!made.ok()) return made.status();
+    if (*made) {
+      *child = reinterpret_cast<hvd_backend_comm*>(
+          new Comm<Backend>{std::move(made).value(), context->host});
+    }
+    return Status::success();
+  });
+}
+
+template <typename Backend>
+hvd_status abort(hvd_backend_comm* comm) noexcept {
+  Comm<Backend>* self = comm_of<Backend>(comm);
+  return guarded(self->host, [&] { return self->backend->abort(); });
+}
+
 }  // namespace detail
 
 // The C table for `Backend`. A function-local static: built once, lives for the process.
@@ -192,6 +275,13 @@ const hvd_backend_v1* backend_table(const char* name, const char* version, const
     if constexpr (detail::has_reduce_scatter<Backend>::value) {
       t.reduce_scatter = &detail::collective<Backend, &Backend::reduce_scatter>;
       t.capabilities |= HVD_CAP_REDUCE_SCATTER;
+    }
+    t.dtypes = detail::dtypes_of<Backend>::value;
+    t.reduce_ops = detail::reduce_ops_of<Backend>::value;
+    if constexpr (detail::has_split<Backend>::value) t.split = &detail::split<Backend>;
+    if constexpr (detail::has_abort<Backend>::value) t.abort = &detail::abort<Backend>;
+    if constexpr (detail::has_alltoall<Backend>::value) {
+      t.alltoall = &detail::collective<Backend, &Backend::alltoall>;
     }
     return t;
   }();

@@ -1,0 +1,174 @@
+/* hvd.h — hvd's public C API: collectives over the backend chosen at run time.
+ *
+ *   hvd_comm* comm;
+ *   if (hvd_init(NULL, &comm) != HVD_SUCCESS) { fprintf(stderr, "%s\n", hvd_last_error()); ... }
+ *   hvd_allreduce(comm, grad, grad, n, HVD_FLOAT32, HVD_AVERAGE, NULL);
+ *   hvd_finalize(comm);
+ *
+ * Every function returns a status; on error, hvd_last_error() holds the message for the calling
+ * thread until its next hvd call. Collectives must be called by every rank in the same order (as
+ * with MPI and NCCL). They are blocking for host memory, and for CUDA memory on a backend that
+ * takes host memory only (hvd stages it through host memory, after the work queued on the
+ * placement's stream); on a backend that takes CUDA memory they are ordered on that stream. A
+ * communicator may be used by one thread at a time. Configuration comes from the environment:
+ * HVD_BACKEND, HVD_PLUGIN_PATH, HVD_TIMEOUT, HVD_RENDEZVOUS_ADDR, HVD_SECRET,
+ * HVD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (set by hvdrun) — see README.md. */
+#ifndef HVD_HVD_H
+#define HVD_HVD_H
+
+#include "hvd/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define HVD_API __attribute__((visibility("default")))
+#else
+#define HVD_API
+#endif
+
+#define HVD_VERSION_MAJOR 0
+#define HVD_VERSION_MINOR 1
+#define HVD_VERSION_PATCH 0
+
+typedef struct hvd_comm hvd_comm;
+
+/* Overrides of the environment; zeroed fields mean "use the environment". */
+typedef struct hvd_init_options {
+  size_t struct_size;     /* sizeof(hvd_init_options) */
+  const char* backend;    /* a name or a plugin path, as HVD_BACKEND */
+  double timeout_seconds; /* as HVD_TIMEOUT */
+} hvd_init_options;
+
+/* Where the buffers of a collective live. NULL means host memory. */
+typedef struct hvd_placement {
+  size_t struct_size; /* sizeof(hvd_placement) */
+  hvd_memory_type memory_type;
+  int32_t device; /* CUDA device ordinal, or -1 for host memory */
+  void* stream;   /* cudaStream_t the call is ordered on (CUDA memory only) */
+} hvd_placement;
+
+/* Load the backend, join the job's other ranks, and create a communicator over all of them.
+ * Collective. Fails with the same message on every rank when the ranks disagree on the backend. */
+HVD_API hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm);
+/* Release the communicator. Collective. NULL is accepted and ignored. */
+HVD_API hvd_status hvd_finalize(hvd_comm* comm);
+
+HVD_API int hvd_rank(const hvd_comm* comm);                      /* -1 for NULL */
+HVD_API int hvd_size(const hvd_comm* comm);                      /* -1 for NULL */
+HVD_API int hvd_local_rank(const hvd_comm* comm);                /* -1 for NULL */
+HVD_API int hvd_local_size(const hvd_comm* comm);                /* -1 for NULL */
+HVD_API const char* hvd_backend_name(const hvd_comm* comm);      /* "" for NULL */
+HVD_API uint64_t hvd_backend_capabilities(const hvd_comm* comm); /* HVD_CAP_* bits; 0 for NULL */
+
+/* recvbuf[i] = op over ranks of sendbuf[i], i < count. In place when sendbuf == recvbuf. */
+HVD_API hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                                 hvd_dtype dtype, hvd_reduce_op op, const hvd_placement* placement);
+/* recvbuf[r * count + i] = rank r's sendbuf[i]. In place when sendbuf == recvbuf + rank * count. */
+HVD_API hvd_status hvd_allgather(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                                 hvd_dtype dtype, const hvd_placement* placement);
+/* Rank r contributes recv_counts[r] elements (the same array on every rank); recvbuf receives
+ * them packed in rank order. In place when sendbuf == recvbuf + this rank's offset. A backend
+ * without HVD_CAP_ALLGATHERV runs it as one broadcast per rank (host memory only). */
+HVD_API hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
+                                  const uint64_t* recv_counts, hvd_dtype dtype,
+                                  const hvd_placement* placement);
+/* recvbuf[i] = root's sendbuf[i] on every rank. In place when sendbuf == recvbuf. */
+HVD_API hvd_status hvd_broadcast(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                                 hvd_dtype dtype, int root, const hvd_placement* placement);
+HVD_API hvd_status hvd_barrier(hvd_comm* comm);
+
+/* ---- Named asynchronous collectives: the fusion scheduler ---------------------------------
+ *
+ * Submit tensors by name and get a request back; a background thread agrees with the other
+ * ranks on what is ready everywhere, fuses small allreduces into one backend call, and completes
+ * the requests (docs/scheduler.md). Ranks may submit in different orders; a name must be the
+ * same on every rank and unique among this rank's tensors in flight. Buffers must stay valid
+ * until the request completes. Validation failures (ranks that disagree on dtype, shape, op,
+ * root, device or scale factors) complete the request on every rank with the same message.
+ * The first asynchronous call starts the scheduler; from then on the blocking collectives above
+ * go through it too (in order, as every rank calls them). thread-safe: requests may be submitted
+ * and waited on from any thread. */
+typedef struct hvd_request hvd_request;
+
+typedef enum hvd_collective {
+  HVD_COLLECTIVE_ALLREDUCE = 0,
+  HVD_COLLECTIVE_ALLGATHER = 1,
+  HVD_COLLECTIVE_BROADCAST = 2,
+  HVD_ENUM_RANGE(HVD_COLLECTIVE_)
+} hvd_collective;
+
+/* One tensor of a grouped submission. Elements: the product of shape[0..ndim) (1 for ndim 0).
+ * Allgather concatenates the ranks' tensors along the first dimension, in rank order; the ranks
+ * may differ in it (not in the others). Its recvbuf, if given, holds size x this rank's elements,
+ * which is enough when every rank's shape is the same; with recvbuf NULL hvd allocates the
+ * output once the sizes are known (hvd_request_output). A recvbuf too small for what the ranks
+ * sent fails the tensor on every rank. */
+typedef struct hvd_tensor {
+  size_t struct_size; /* sizeof(hvd_tensor) */
+  hvd_collective collective;
+  const char* name;
+  const void* sendbuf;
+  void* recvbuf;
+  hvd_dtype dtype;
+  int32_t ndim;
+  const int64_t* shape;
+  hvd_reduce_op op;               /* allreduce */
+  int32_t root;                   /* broadcast */
+  double prescale;                /* allreduce, floating types: input x prescale; 0 means 1 */
+  double postscale;               /* allreduce, floating types: result x postscale; 0 means 1 */
+  const hvd_placement* placement; /* NULL: host memory */
+} hvd_tensor;
+
+HVD_API hvd_status hvd_allreduce_async(hvd_comm* comm, const char* name, const void* sendbuf,
+                                       void* recvbuf, hvd_dtype dtype, int32_t ndim,
+                                       const int64_t* shape, hvd_reduce_op op, double prescale,
+                                       double postscale, const hvd_placement* placement,
+                                       hvd_request** request);
+HVD_API hvd_status hvd_allgather_async(hvd_comm* comm, const char* name, const void* sendbuf,
+                                       void* recvbuf, hvd_dtype dtype, int32_t ndim,
+                                       const int64_t* shape, const hvd_placement* placement,
+                                       hvd_request** request);
+HVD_API hvd_status hvd_broadcast_async(hvd_comm* comm, const char* name, const void* sendbuf,
+                                       void* recvbuf, hvd_dtype dtype, int32_t ndim,
+                                       const int64_t* shape, int root,
+                                       const hvd_placement* placement, hvd_request** request);
+/* count tensors queued atomically; on every rank they complete in the same cycle (and fuse
+ * where they can). requests[i] is tensors[i]'s. On failure no tensor was queued. */
+HVD_API hvd_status hvd_grouped_async(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
+                                     hvd_request** requests);
+/* *done = 1 once the request has completed (then wait returns at once), else 0. */
+HVD_API hvd_status hvd_request_poll(hvd_request* request, int* done);
+/* Waits until the request completes and returns its status (its message: hvd_last_error()).
+ * A timeout_seconds >= 0 bounds the wait: HVD_ERR_TIMEOUT then, and the operation goes on. */
+HVD_API hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds);
+/* An allgather submitted with recvbuf NULL, once it succeeded: *data is the gathered tensor
+ * (host memory, valid until hvd_request_free) and *first_dim its first dimension, the ranks'
+ * summed; its other dimensions are the submitted ones. HVD_ERR_STATE before completion or for a
+ * request without such an output; a failed operation's status otherwise. */
+HVD_API hvd_status hvd_request_output(hvd_request* request, void** data, int64_t* first_dim);
+/* Releases the handle (the operation itself goes on). NULL is ignored. */
+HVD_API void hvd_request_free(hvd_request* request);
+
+/* The scheduler's counters since it started (all zero before the first asynchronous call). */
+typedef struct hvd_scheduler_stats {
+  size_t struct_size;         /* sizeof(hvd_scheduler_stats) */
+  uint64_t cycles;            /* negotiation cycles run */
+  uint64_t full_negotiations; /* cycles that gathered requests (some rank missed the cache) */
+  double negotiation_seconds; /* spent negotiating: the cache-bit vote, gathers, validation */
+  uint64_t tensors;           /* tensors completed */
+  uint64_t backend_calls;     /* data collectives run (a fusion buffer counts once) */
+} hvd_scheduler_stats;
+HVD_API hvd_status hvd_scheduler_stats_get(hvd_comm* comm, hvd_scheduler_stats* stats);
+
+/* The message of the calling thread's last failed hvd call ("" if none). Never NULL. */
+HVD_API const char* hvd_last_error(void);
+/* "0.1.0" */
+HVD_API const char* hvd_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HVD_HVD_H */
