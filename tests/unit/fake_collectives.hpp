@@ -171,14 +171,14 @@ class FakeDeviceMemory final : public core::DeviceMemory {
     ++copies;
     bytes_copied += bytes;
     devices.insert(device);
-    unsynchronized.insert(stream);
+    unsynchronized.insert({device, stream});
     return Status::success();
   }
   Status synchronize(int32_t device, void* stream) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (fail) return Status(HVD_ERR_SYSTEM, "fake: no CUDA device");
     devices.insert(device);
-    unsynchronized.erase(stream);
+    unsynchronized.erase({device, stream});
     return Status::success();
   }
 
@@ -187,7 +187,7 @@ class FakeDeviceMemory final : public core::DeviceMemory {
   int copies = 0;
   uint64_t bytes_copied = 0;
   std::set<int32_t> devices;
-  std::set<void*> unsynchronized;
+  std::set<std::pair<int32_t, void*>> unsynchronized;  // streams copied on, not waited for
 
  private:
   std::mutex mutex_;

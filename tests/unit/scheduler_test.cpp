@@ -445,11 +445,14 @@ TEST(Scheduler, ZeroSizeTensorsComplete) {
 
 // ---- CUDA tensors -----------------------------------------------------------------------------
 
-// Three ranks each submit `count` float32 CUDA tensors of 3 elements (on device 1, alternating
-// between two streams, factors 0.5 and 4) as one group, to a backend that takes host memory only.
-// Checks exact results and the staging: every tensor copied in and out on its device, every
-// stream waited for, the backend handed host memory. Returns the data allreduces per rank.
-int staged_cuda_allreduces(uint64_t threshold, int count) {
+// Three ranks each submit `count` float32 CUDA tensors of 3 elements (tensor k of rank r on
+// device_of(r, k), alternating between two streams, factors 0.5 and 4) as one group, to a backend
+// that takes host memory only. Checks exact results and the staging: every tensor copied in and
+// out on its own device, every stream waited for on that device, the backend handed host memory.
+// Returns the data allreduces per rank.
+using DeviceOf = std::function<int32_t(int rank, int k)>;
+int staged_cuda_allreduces(
+    uint64_t threshold, int count, const DeviceOf& device_of = [](int, int) { return 1; }) {
   SchedulerOptions o = fast_options();
   o.fusion_threshold = threshold;
   Job job(3, o);
@@ -464,7 +467,7 @@ int staged_cuda_allreduces(uint64_t threshold, int count) {
       Submission s =
           allreduce("cuda" + std::to_string(k), in[i].data(), out[i].data(), HVD_FLOAT32, {3});
       s.spec.memory = HVD_MEMORY_CUDA;
-      s.spec.device = 1;
+      s.spec.device = device_of(rank, k);
       s.stream = &streams[k % 2];
       s.spec.prescale = 0.5;
       s.spec.postscale = 4;
@@ -486,7 +489,9 @@ int staged_cuda_allreduces(uint64_t threshold, int count) {
     const FakeDeviceMemory& device = *job.device_memory[static_cast<size_t>(rank)];
     EXPECT_EQ(device.copies, 2 * count);
     EXPECT_EQ(device.bytes_copied, 2u * static_cast<uint64_t>(count) * 3 * sizeof(float));
-    EXPECT_EQ(device.devices, std::set<int32_t>{1});
+    std::set<int32_t> expected_devices;
+    for (int k = 0; k < count; ++k) expected_devices.insert(device_of(rank, k));
+    EXPECT_EQ(device.devices, expected_devices);
     EXPECT_TRUE(device.unsynchronized.empty());
   });
   return job.data_allreduces();
@@ -494,6 +499,19 @@ int staged_cuda_allreduces(uint64_t threshold, int count) {
 
 TEST(Scheduler, CudaTensorsOnAHostBackendAreFusedInHostMemoryWithTheirScaleFactors) {
   EXPECT_EQ(staged_cuda_allreduces(128 << 20, 5), 1);
+}
+
+// The normal GPU job: every rank drives its own device (device = local rank). Ranks agree on the
+// kind of memory only, so the tensors fuse into one backend call as on one device.
+TEST(Scheduler, RanksOnTheirOwnDevicesFuseAndReduceTogether) {
+  EXPECT_EQ(staged_cuda_allreduces(128 << 20, 5, [](int rank, int) { return rank; }), 1);
+}
+
+// A rank may even spread one fused batch over two devices: each tensor is copied on its own.
+TEST(Scheduler, ABatchOverSeveralDevicesOfOneRankCopiesEachTensorOnItsOwn) {
+  EXPECT_EQ(staged_cuda_allreduces(128 << 20, 6,
+                                   [](int rank, int k) { return rank == 1 ? k % 3 : rank; }),
+            1);
 }
 
 TEST(Scheduler, CudaTensorsOnAHostBackendAreStagedOneByOneWhenTheyDoNotFuse) {
@@ -725,8 +743,8 @@ TEST(Scheduler, EveryMismatchIsTheSameErrorOnEveryRank) {
         s.spec.memory = HVD_MEMORY_CUDA;
         s.spec.device = 0;
       },
-      "Mismatched ALLREDUCE devices for tensor 'x': One rank sent a tensor in host memory, but "
-      "another rank sent a tensor in CUDA device 0.");
+      "Mismatched ALLREDUCE memory kinds for tensor 'x': One rank sent a tensor in host memory, "
+      "but another rank sent a tensor in CUDA memory.");
 }
 
 TEST(Scheduler, MismatchedBroadcastRootsAreTheSameErrorOnEveryRank) {

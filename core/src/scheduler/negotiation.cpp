@@ -63,8 +63,8 @@ std::string group_text(const TensorSpec& spec) {
   return "in a group of " + std::to_string(spec.group_size) + " tensors (" + id + ")";
 }
 
-std::string device_text(hvd_memory_type memory, int32_t device) {
-  return memory == HVD_MEMORY_CUDA ? "CUDA device " + std::to_string(device) : "host memory";
+std::string memory_text(hvd_memory_type memory) {
+  return memory == HVD_MEMORY_CUDA ? "CUDA memory" : "host memory";
 }
 
 std::string number_text(double value) {
@@ -200,10 +200,11 @@ std::string Negotiator::mismatch(const std::string& name, const TensorSpec& a,
            std::to_string(a.root) + ", but another rank specified root rank " +
            std::to_string(b.root) + ".";
   }
-  if (a.memory != b.memory || a.device != b.device) {
-    return "Mismatched " + op + " devices" + tensor + "One rank sent a tensor in " +
-           device_text(a.memory, a.device) + ", but another rank sent a tensor in " +
-           device_text(b.memory, b.device) + ".";
+  // The kind of memory, not the device: each rank may use its own GPU (device = local rank).
+  if (a.memory != b.memory) {
+    return "Mismatched " + op + " memory kinds" + tensor + "One rank sent a tensor in " +
+           memory_text(a.memory) + ", but another rank sent a tensor in " + memory_text(b.memory) +
+           ".";
   }
   if (a.prescale != b.prescale) {
     return "Mismatched " + op + " prescale factors" + tensor + "One rank sent factor " +

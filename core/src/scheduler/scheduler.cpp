@@ -63,11 +63,13 @@ hvd_collective_args args_for(const Submission& s, const void* send, void* recv, 
   return a;
 }
 
-// Allreduces that may share a fusion buffer: one reduction of one dtype, scaled alike, on one
-// device.
+// Allreduces that may share a fusion buffer: one reduction of one dtype, scaled alike, in one
+// kind of memory. Only what every rank agreed on: the device is each rank's own (ranks would
+// otherwise batch differently and run different backend calls), and a staged batch copies each
+// tensor on its own device.
 bool fuses_with(const TensorSpec& a, const TensorSpec& b) {
-  return a.dtype == b.dtype && a.op == b.op && a.memory == b.memory && a.device == b.device &&
-         a.prescale == b.prescale && a.postscale == b.postscale;
+  return a.dtype == b.dtype && a.op == b.op && a.memory == b.memory && a.prescale == b.prescale &&
+         a.postscale == b.postscale;
 }
 
 Result<double> number_knob(const EnvLookup& env, const std::string& name, double fallback,
@@ -560,7 +562,7 @@ void Scheduler::execute(std::vector<Verdict> ready) {
     }
   }
 
-  // Allreduces of one dtype/op/device/scale go into one buffer, up to the threshold; the rest
+  // Allreduces of one dtype/op/memory kind/scale go into one buffer, up to the threshold; the rest
   // run alone. A step's tensors are mostly of one kind: the open batches are few.
   struct Open {
     const TensorSpec* kind;
@@ -622,8 +624,8 @@ Pointer Scheduler::end_to_end(const std::vector<Entry*>& batch, Pointer Submissi
 
 Status Scheduler::stage(const std::vector<Entry*>& batch, bool in) {
   DeviceMemory& device = *options_.device_memory;
-  const int32_t ordinal = batch.front()->what.spec.device;  // a batch is on one device
-  std::vector<void*> streams;                               // the batch's, each waited for once
+  // The batch's streams, each waited for once on its device (a rank may use several devices).
+  std::vector<std::pair<int32_t, void*>> streams;
   const auto failed = [](const Status& s) {
     return error(s.code(), "staging CUDA tensors in host memory: " + s.message());
   };
@@ -632,14 +634,14 @@ Status Scheduler::stage(const std::vector<Entry*>& batch, bool in) {
     const Submission& w = e->what;
     char* host = fusion_buffer_.data() + offset;
     offset += e->bytes();
+    const int32_t ordinal = w.spec.device;
     const Status s = in ? device.copy(host, w.send, e->bytes(), ordinal, w.stream)
                         : device.copy(w.recv, host, e->bytes(), ordinal, w.stream);
     if (!s.ok()) return failed(s);
-    if (std::find(streams.begin(), streams.end(), w.stream) == streams.end()) {
-      streams.push_back(w.stream);
-    }
+    const std::pair<int32_t, void*> on(ordinal, w.stream);
+    if (std::find(streams.begin(), streams.end(), on) == streams.end()) streams.push_back(on);
   }
-  for (void* stream : streams) {
+  for (const auto& [ordinal, stream] : streams) {
     const Status s = device.synchronize(ordinal, stream);
     if (!s.ok()) return failed(s);
   }
