@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bootstrap/env.hpp"
+#include "bootstrap/host.hpp"
 #include "bootstrap/store.hpp"
 
 extern char** environ;
@@ -200,12 +201,11 @@ std::string describe(int status) {
 Result<std::string> rendezvous_host(const Options& opt) {
   if (!opt.rendezvous_host.empty()) return opt.rendezvous_host;
   if (const auto iface = knob(process_env(), "RENDEZVOUS_IFACE")) return interface_address(*iface);
-  char self[256] = {};
-  ::gethostname(self, sizeof self - 1);
+  // Loopback serves only ranks in this network namespace (bootstrap/host.hpp): a host named in
+  // -H is this one if it resolves to an address here, not because it shares the host name.
   bool all_local = opt.hostfile.empty();
   for (const std::string& entry : split(opt.hosts, ',')) {  // "host" or "host:slots"
-    const std::string host = entry.substr(0, entry.find(':'));
-    all_local = all_local && (host == "localhost" || host.rfind("127.", 0) == 0 || host == self);
+    all_local = all_local && is_this_host(entry.substr(0, entry.find(':')));
   }
   if (all_local) return std::string("127.0.0.1");
   std::string address = first_external_address();

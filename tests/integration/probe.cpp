@@ -6,6 +6,7 @@
 //   --allreduce                 allreduce (rank + 1) as int32 sum and print the result
 //   --hang                      sleep for a minute after the work (to be stopped by hvdrun)
 //   --exit-zero                 exit 0 even when an hvd call failed (so hvdrun stops nobody)
+//   --print-local               print the local rank and size hvd settled on
 #include <unistd.h>
 #include <chrono>
 #include <cstdio>
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
   const int rank = rank_text != nullptr ? std::atoi(rank_text) : 0;
   std::map<int, std::string> backend_for_rank;
   std::map<int, int> exit_after_init;
-  bool allreduce = false, hang = false, exit_zero = false;
+  bool allreduce = false, hang = false, exit_zero = false, print_local = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto split = [&](std::string value) {
@@ -43,6 +44,8 @@ int main(int argc, char** argv) {
       hang = true;
     } else if (arg == "--exit-zero") {
       exit_zero = true;
+    } else if (arg == "--print-local") {
+      print_local = true;
     } else {
       std::fprintf(stderr, "hvd_probe: unknown argument %s\n", arg.c_str());
       return 2;
@@ -60,6 +63,9 @@ int main(int argc, char** argv) {
   std::printf("rank %d: init ok on %s\n", rank, comm->backend().c_str());
   std::fflush(stdout);
   if (exit_after_init.count(rank)) _exit(exit_after_init[rank]);
+  if (print_local) {
+    std::printf("rank %d: local rank %d of %d\n", rank, comm->local_rank(), comm->local_size());
+  }
   if (allreduce) {
     int32_t value = comm->rank() + 1;
     hvd::Status s = comm->allreduce(&value, &value, 1, HVD_SUM);

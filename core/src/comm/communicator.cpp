@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 
+#include "bootstrap/host.hpp"
 #include "comm/agreement.hpp"
 #include "comm/host_services.hpp"
 #include "common/log.hpp"
@@ -15,6 +16,10 @@ namespace {
 // Each hvd_init of a process takes the next epoch; every rank inits the same number of times,
 // so keys of one init never collide with keys of an earlier one on the same store.
 std::atomic<int> g_epoch{0};
+
+// A host identity longer than this is cut (HVD_HOSTNAME is the user's): the agreement record
+// through a self-bootstrapping backend has a fixed size.
+constexpr size_t kMaxHostIdentity = 256;
 
 // Derived alike on every rank: the world communicator of the epoch-th hvd_init (FNV-1a).
 uint64_t world_comm_id(int epoch) {
@@ -78,6 +83,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   Result<Plugin> loaded = resolve_backend(spec, plugin_search_path(env));
   std::string choice = describe_backend_choice(loaded);
   if (loaded.ok() && !options.purpose.empty()) choice += " as " + options.purpose;
+  const std::string host = host_identity(env).substr(0, kMaxHostIdentity);
 
   // Rendezvous: the job's TCP store, at HVD_RENDEZVOUS_ADDR or made through the launcher; an
   // in-process one for a lone process; none at all for a self-bootstrapping backend (MPI under
@@ -145,15 +151,17 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   // Make sure every rank loaded the same backend before initializing it: a disagreement is the
   // same clear error everywhere instead of a hang inside the backend.
   if (comm->store_) {
-    std::vector<std::string> choices{choice};
+    // Each rank's record: its host, then its choice.
+    std::vector<std::string> records{host + '\0' + choice};
     if (world.size > 1) {
-      HVD_ASSIGN_OR_RETURN(std::vector<Bytes> all,
-                           exchange(*comm->store_, prefix + "backend-choice",
-                                    Bytes(choice.begin(), choice.end()), world, comm->timeout_));
-      choices.clear();
-      for (const Bytes& b : all) choices.emplace_back(b.begin(), b.end());
+      HVD_ASSIGN_OR_RETURN(
+          std::vector<Bytes> all,
+          exchange(*comm->store_, prefix + "backend-choice",
+                   Bytes(records[0].begin(), records[0].end()), world, comm->timeout_));
+      records.clear();
+      for (const Bytes& b : all) records.emplace_back(b.begin(), b.end());
     }
-    HVD_RETURN_IF_ERROR(check_backend_agreement(choices));
+    HVD_RETURN_IF_ERROR(comm->agree_and_place(records));
   }
   comm->plugin_ = std::move(loaded).value();
 
@@ -179,25 +187,56 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   HVD_RETURN_IF_ERROR(
       comm->call_backend("init", [&] { return comm->plugin_.table->init(&args, &backend); }));
   comm->backend_ = backend;
-  if (agree_after_init) HVD_RETURN_IF_ERROR(comm->agree_through_backend(choice));
+  if (agree_after_init) HVD_RETURN_IF_ERROR(comm->agree_through_backend(host, choice));
   log(HVD_LOG_INFO, "rank " + std::to_string(world.rank) + "/" + std::to_string(world.size) + " (" +
                         world.source + ") on backend " + comm->plugin_.name + " from " +
                         comm->plugin_.path.string());
   return comm;
 }
 
-Status Communicator::agree_through_backend(const std::string& choice) {
-  // A fixed-size record per rank, gathered by the backend itself.
+Status Communicator::agree_through_backend(const std::string& host, const std::string& choice) {
+  // A fixed-size record per rank, gathered by the backend itself: the host identity in the first
+  // kMaxHostIdentity bytes, the choice after it.
   constexpr size_t kRecord = 1024;
   std::vector<char> mine(kRecord, '\0');
-  std::memcpy(mine.data(), choice.data(), std::min(choice.size(), kRecord - 1));
+  std::memcpy(mine.data(), host.data(), std::min(host.size(), kMaxHostIdentity - 1));
+  std::memcpy(mine.data() + kMaxHostIdentity, choice.data(),
+              std::min(choice.size(), kRecord - kMaxHostIdentity - 1));
   std::vector<char> all(kRecord * static_cast<size_t>(world_.size));
   HVD_RETURN_IF_ERROR(allgather(control_args(mine.data(), all.data(), kRecord))
                           .with_context("checking that every rank uses the same backend"));
+  std::vector<std::string> records;
+  for (int r = 0; r < world_.size; ++r) {
+    const char* at = all.data() + kRecord * static_cast<size_t>(r);
+    records.push_back(std::string(at, strnlen(at, kMaxHostIdentity)) + '\0' +
+                      std::string(at + kMaxHostIdentity,
+                                  strnlen(at + kMaxHostIdentity, kRecord - kMaxHostIdentity)));
+  }
+  return agree_and_place(records);
+}
+
+Status Communicator::agree_and_place(const std::vector<std::string>& records) {
   std::vector<std::string> choices;
-  for (int r = 0; r < world_.size; ++r)
-    choices.emplace_back(all.data() + kRecord * static_cast<size_t>(r));
-  return check_backend_agreement(choices);
+  hosts_.clear();
+  for (const std::string& record : records) {
+    const size_t end = record.find('\0');
+    hosts_.push_back(record.substr(0, end));
+    choices.push_back(end == std::string::npos ? "" : record.substr(end + 1));
+  }
+  HVD_RETURN_IF_ERROR(check_backend_agreement(choices));
+  // Local rank and size are what the host identities say, whatever a launcher said: a launcher
+  // that groups ranks by host name puts network-namespace hosts together.
+  const LocalPlace place = local_place(hosts_, world_.rank);
+  if (place.rank != world_.local_rank || place.size != world_.local_size) {
+    log(HVD_LOG_INFO, "local rank " + std::to_string(place.rank) + " of " +
+                          std::to_string(place.size) + " on host " +
+                          hosts_[static_cast<size_t>(world_.rank)] + " (" + world_.source +
+                          " said " + std::to_string(world_.local_rank) + " of " +
+                          std::to_string(world_.local_size) + ")");
+    world_.local_rank = place.rank;
+    world_.local_size = place.size;
+  }
+  return Status::success();
 }
 
 Communicator::~Communicator() {

@@ -62,8 +62,11 @@ class Communicator final : public Collectives {
 
  private:
   Communicator() = default;
-  // The agreement check for a job without rendezvous, over the (initialized) backend itself.
-  Status agree_through_backend(const std::string& choice);
+  // Every rank's record (its host identity, '\0', its backend choice): the same verdict on every
+  // rank, and this rank's local rank and size among the ranks of its host.
+  Status agree_and_place(const std::vector<std::string>& records);
+  // The same for a job without rendezvous, over the (initialized) backend itself.
+  Status agree_through_backend(const std::string& host, const std::string& choice);
   Status validate(const char* what, const hvd_collective_args& args, bool uses_op,
                   bool uses_root) const;
   template <typename Fn>
@@ -76,6 +79,7 @@ class Communicator final : public Collectives {
                 uint64_t in_bytes, uint64_t out_bytes, Run&& run);
 
   World world_;
+  std::vector<std::string> hosts_;  // every rank's host identity (bootstrap/host.hpp)
   Plugin plugin_;
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<TcpStoreServer> server_;  // when this rank hosts the rendezvous
