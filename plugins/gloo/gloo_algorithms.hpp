@@ -3,9 +3,9 @@
 //
 // These are Gloo's buffer-based ("legacy") algorithm classes, built for each call except large
 // allreduces, which keep theirs (ReusedAllreduces). Gloo's unbound-buffer API (gloo::allreduce &
-// co.) pays a rendezvous of notifications per segment, and on the VMs we measured it was 20-40x
-// slower for small messages (1 KiB allreduce, 2 ranks: 3-4 ms against 60-140 us) and 100-200x
-// slower for 4 MiB at 3-4 ranks (over 3 s against 16-33 ms); see docs/performance.md. The two APIs
+// co.) pays a rendezvous of notifications per segment, and on the reference machine it is far
+// slower for small messages (1 KiB allreduce, 2 ranks: 1.7-4.0 ms against 55-225 us) and beyond
+// two ranks (4 MiB at 3 ranks: 3.1-3.2 s against 16-44 ms); see docs/performance.md. The two APIs
 // must not be mixed on one context either: a legacy send sets the socket's SO_SNDBUF (turning off
 // the kernel's autotuning) to the size of that message, after which large unbound-buffer transfers
 // on the same pair crawl. So every collective of a context goes through this file.
