@@ -96,8 +96,10 @@ struct HostServices::Callbacks {
   }
 
   static void log_line(void* /*ctx*/, hvd_log_level level, const char* message) noexcept {
+    // A level this hvd does not know (a later minor's) is logged as debug, never louder.
+    const bool known = level >= HVD_LOG_ERROR && level <= HVD_LOG_DEBUG;
     try {
-      log(level, message);
+      log(known ? level : HVD_LOG_DEBUG, message != nullptr ? message : "");
     } catch (...) {
     }
   }
