@@ -188,6 +188,43 @@ TEST(Mpirun, RanksWithDifferentBackendsAllFailWithTheSameMessage) {
   EXPECT_TRUE(has(messages[0], "as the bootstrap of gloo")) << messages[0];
 }
 
+// Open MPI groups these two ranks on one host; their host identities (HVD_HOSTNAME) say two. The
+// mpi backend was made before the ranks could compare hosts (no store), so every rank makes it
+// again with the places the identities give: what the plugin was told matches hvd_local_rank.
+TEST(Mpirun, ASelfBootstrappingBackendIsMadeAgainWhereTheHostsPlaceRanksOtherwise) {
+  REQUIRE_MPI();
+  Job r =
+      run(kMpirun + " -np 2 -x HVD_BACKEND=mpi -x HVD_LOG_LEVEL=debug sh -c " +
+          "'HVD_HOSTNAME=host$OMPI_COMM_WORLD_RANK exec " + kProbe + " --print-local --allreduce'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string at = "[hvd rank " + std::to_string(rank) + "] debug: init of backend 'mpi': ";
+    EXPECT_TRUE(has(r.output, at + "rank " + std::to_string(rank) + " of 2, local rank " +
+                                  std::to_string(rank) + " of 2"))
+        << r.output;
+    EXPECT_TRUE(has(r.output, at + "rank " + std::to_string(rank) + " of 2, local rank 0 of 1"))
+        << r.output;
+    EXPECT_TRUE(has(r.output, "rank " + std::to_string(rank) + ": local rank 0 of 1")) << r.output;
+    EXPECT_TRUE(has(r.output, "rank " + std::to_string(rank) + ": allreduce = 3")) << r.output;
+  }
+}
+
+// The same two "hosts" on Gloo under mpirun: the rendezvous made through MPI is not served on
+// loopback (the launcher said one host, the identities say two), and the ranks find their places.
+TEST(Mpirun, ARendezvousThroughTheLauncherServesEveryHostTheIdentitiesName) {
+  REQUIRE_MPI();
+  Job r =
+      run(kMpirun + " -np 2 -x HVD_BACKEND=gloo -x HVD_LOG_LEVEL=info sh -c " +
+          "'HVD_HOSTNAME=host$OMPI_COMM_WORLD_RANK exec " + kProbe + " --print-local --allreduce'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "rendezvous made through 'mpi' at ")) << r.output;
+  EXPECT_FALSE(has(r.output, "rendezvous made through 'mpi' at 127.0.0.1")) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(has(r.output, "rank " + std::to_string(rank) + ": local rank 0 of 1")) << r.output;
+    EXPECT_TRUE(has(r.output, "rank " + std::to_string(rank) + ": allreduce = 3")) << r.output;
+  }
+}
+
 TEST(Mpirun, TheMpiBackendOutsideMpirunSaysToUseIt) {
   REQUIRE_MPI();
   Job r = run("HVD_BACKEND=mpi " + kHvdrun + " -np 2 " + kProbe + " --exit-zero");

@@ -133,10 +133,10 @@ class Comm {
   uint64_t capabilities() const { return hvd_backend_capabilities(comm_); }
   // Whether the backend takes this dtype, and this reduce op (hvd_backend_dtypes/reduce_ops).
   bool takes(hvd_dtype dtype) const {
-    return (hvd_backend_dtypes(comm_) & HVD_DTYPE_BIT(dtype)) != 0;
+    return dtype >= 0 && dtype < 64 && (hvd_backend_dtypes(comm_) & HVD_DTYPE_BIT(dtype)) != 0;
   }
   bool takes(hvd_reduce_op op) const {
-    return (hvd_backend_reduce_ops(comm_) & HVD_REDUCE_OP_BIT(op)) != 0;
+    return op >= 0 && op < 64 && (hvd_backend_reduce_ops(comm_) & HVD_REDUCE_OP_BIT(op)) != 0;
   }
   hvd_comm* get() const { return comm_; }
 

@@ -94,12 +94,8 @@ using hvd::core::Submission;
 // A barrier once the scheduler runs: a one-element allreduce in a dtype and op the backend
 // takes (token holds any of them).
 hvd_collective_args barrier_args(const hvd::core::Plugin& plugin, uint64_t* token) {
-  int dtype = 0;
-  while (!plugin.takes(static_cast<hvd_dtype>(dtype))) ++dtype;
-  int op = 0;
-  while (!plugin.takes(static_cast<hvd_reduce_op>(op))) ++op;
-  hvd_collective_args args = hvd::core::host_args(token, token, 1, static_cast<hvd_dtype>(dtype));
-  args.op = static_cast<hvd_reduce_op>(op);
+  hvd_collective_args args = hvd::core::host_args(token, token, 1, plugin.byte_dtype());
+  args.op = plugin.any_reduce_op();
   return args;
 }
 

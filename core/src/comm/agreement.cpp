@@ -19,8 +19,15 @@ std::string describe_backend_choice(const Result<Plugin>& loaded) {
   if (!loaded.ok()) {
     return "error\n" + std::to_string(loaded.status().code()) + "\n" + loaded.status().message();
   }
-  return "ok\n" + loaded->name + " " + loaded->version + " (ABI " +
-         std::to_string(loaded->abi_major) + "." + std::to_string(loaded->abi_minor) + ")";
+  // Everything a rank decides by before calling the plugin: ranks that differ in any of it would
+  // refuse, stage or route one call differently, and hang where they should fail alike.
+  const Plugin& p = *loaded;
+  return "ok\n" + p.name + " " + p.version + " (ABI " + std::to_string(p.abi_major) + "." +
+         std::to_string(p.abi_minor) + ") [" + capabilities_to_string(p.capabilities) +
+         "; dtypes " + (p.dtypes == kKnownDtypes ? "all" : dtypes_to_string(p.dtypes)) +
+         "; reduce ops " +
+         (p.reduce_ops == kKnownReduceOps ? "all" : reduce_ops_to_string(p.reduce_ops)) +
+         "; optional entries " + optional_entries_to_string(p) + "]";
 }
 
 Status check_backend_agreement(const std::vector<std::string>& choices) {

@@ -11,8 +11,9 @@
 
 namespace hvd::core {
 
-// What a rank tells the others about its backend at init ("ok\ngloo 0.1.0 (ABI 1.0)" or the
-// load error), and the verdict on every rank's choice: the same Status on every rank.
+// What a rank tells the others about its backend at init ("ok\ngloo 0.1.0 (ABI 1.1) [host; dtypes
+// all; ...]": name, versions and everything declared; or the load error), and the verdict on
+// every rank's choice: the same Status on every rank.
 std::string describe_backend_choice(const Result<Plugin>& loaded);
 Status check_backend_agreement(const std::vector<std::string>& choices);
 

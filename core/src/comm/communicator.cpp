@@ -1,9 +1,11 @@
 #include "comm/communicator.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "bootstrap/host.hpp"
 #include "comm/agreement.hpp"
@@ -17,9 +19,15 @@ namespace {
 // so keys of one init never collide with keys of an earlier one on the same store.
 std::atomic<int> g_epoch{0};
 
-// A host identity longer than this is cut (HVD_HOSTNAME is the user's): the agreement record
-// through a self-bootstrapping backend has a fixed size.
-constexpr size_t kMaxHostIdentity = 256;
+// What a rank tells the others at init: its host (one line, cut at 255 characters: the record
+// through a self-bootstrapping backend has a fixed size), what its launcher said of its place on
+// that host, and its backend choice (last: it may have lines of its own).
+std::string init_record(std::string host, const World& world, const std::string& choice) {
+  host = host.substr(0, 255);
+  std::replace(host.begin(), host.end(), '\n', ' ');
+  return host + "\n" + std::to_string(world.local_rank) + " " + std::to_string(world.local_size) +
+         "\n" + choice;
+}
 
 // Derived alike on every rank: the world communicator of the epoch-th hvd_init (FNV-1a).
 uint64_t world_comm_id(int epoch) {
@@ -37,8 +45,9 @@ uint64_t world_comm_id(int epoch) {
 // Under mpirun (or another launcher) without HVD_RENDEZVOUS_ADDR: open a short-lived
 // communicator on a self-bootstrapping backend (HVD_BOOTSTRAP_BACKEND, default mpi), let rank 0
 // serve a store on an address its peers can reach, and broadcast that address and a fresh secret.
-Result<SharedRendezvous> rendezvous_through_launcher(const World& world,
-                                                     const std::string& for_backend,
+// The bootstrap communicator's world, not the launcher's, decides whether loopback reaches every
+// rank: its local places come from the host identities.
+Result<SharedRendezvous> rendezvous_through_launcher(const std::string& for_backend,
                                                      std::chrono::milliseconds timeout,
                                                      const EnvLookup& env) {
   const std::string helper = knob(env, "BOOTSTRAP_BACKEND").value_or("mpi");
@@ -54,7 +63,7 @@ Result<SharedRendezvous> rendezvous_through_launcher(const World& world,
   HVD_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> bootstrap, Communicator::create(options, env));
 
   HVD_ASSIGN_OR_RETURN(SharedRendezvous made,
-                       share_rendezvous(world, env, [&](void* record, size_t size) {
+                       share_rendezvous(bootstrap->world(), env, [&](void* record, size_t size) {
                          return bootstrap->broadcast(bootstrap->control_args(record, record, size));
                        }));
   log(HVD_LOG_INFO, "rendezvous made through '" + helper + "' at " + made.address.to_string());
@@ -83,7 +92,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   Result<Plugin> loaded = resolve_backend(spec, plugin_search_path(env));
   std::string choice = describe_backend_choice(loaded);
   if (loaded.ok() && !options.purpose.empty()) choice += " as " + options.purpose;
-  const std::string host = host_identity(env).substr(0, kMaxHostIdentity);
+  const std::string record = init_record(host_identity(env), world, choice);
 
   // Rendezvous: the job's TCP store, at HVD_RENDEZVOUS_ADDR or made through the launcher; an
   // in-process one for a lone process; none at all for a self-bootstrapping backend (MPI under
@@ -126,7 +135,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
       };
       if (!world.from_launcher) return no_rendezvous(HVD_ERR_INVALID_ARGUMENT, "");
       Result<SharedRendezvous> made =
-          rendezvous_through_launcher(world, loaded->name, comm->timeout_, env);
+          rendezvous_through_launcher(loaded->name, comm->timeout_, env);
       if (made.status().code() == HVD_ERR_MISMATCH) return made.status();  // same on every rank
       if (!made.ok()) {
         return no_rendezvous(
@@ -151,99 +160,135 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   // Make sure every rank loaded the same backend before initializing it: a disagreement is the
   // same clear error everywhere instead of a hang inside the backend.
   if (comm->store_) {
-    // Each rank's record: its host, then its choice.
-    std::vector<std::string> records{host + '\0' + choice};
+    std::vector<std::string> records{record};
     if (world.size > 1) {
-      HVD_ASSIGN_OR_RETURN(
-          std::vector<Bytes> all,
-          exchange(*comm->store_, prefix + "backend-choice",
-                   Bytes(records[0].begin(), records[0].end()), world, comm->timeout_));
+      HVD_ASSIGN_OR_RETURN(std::vector<Bytes> all,
+                           exchange(*comm->store_, prefix + "backend-choice",
+                                    Bytes(record.begin(), record.end()), world, comm->timeout_));
       records.clear();
       for (const Bytes& b : all) records.emplace_back(b.begin(), b.end());
     }
-    HVD_RETURN_IF_ERROR(comm->agree_and_place(records));
+    HVD_RETURN_IF_ERROR(comm->agree_and_place(records).status());
   }
   comm->plugin_ = std::move(loaded).value();
-
-  comm->services_ = std::make_unique<HostServices>(comm->store_.get(), prefix + "backend/", world);
-
-  hvd_backend_init_args args{};
-  args.struct_size = sizeof args;
-  args.rank = world.rank;
-  args.size = world.size;
-  args.local_rank = world.local_rank;
-  args.local_size = world.local_size;
-  args.timeout_ms = comm->timeout_.count();
-  args.local_address = local_address.c_str();
-  args.host = comm->services_->table();
-  std::vector<int32_t> members(static_cast<size_t>(world.size));
-  for (int32_t r = 0; r < world.size; ++r) members[static_cast<size_t>(r)] = r;
-  args.members = members.data();
-  args.member_count = world.size;
-  args.comm_id = world_comm_id(epoch);
-  args.member_local_rank = world.local_rank;
-  args.member_local_size = world.local_size;
-  hvd_backend_comm* backend = nullptr;
-  HVD_RETURN_IF_ERROR(
-      comm->call_backend("init", [&] { return comm->plugin_.table->init(&args, &backend); }));
-  comm->backend_ = backend;
-  if (agree_after_init) HVD_RETURN_IF_ERROR(comm->agree_through_backend(host, choice));
+  comm->comm_id_ = world_comm_id(epoch);
+  comm->local_address_ = local_address;
+  comm->services_prefix_ = prefix + "backend/";
+  HVD_RETURN_IF_ERROR(comm->init_backend());
+  if (agree_after_init) {
+    HVD_ASSIGN_OR_RETURN(const bool relocated, comm->agree_through_backend(record));
+    // The backend was told what the launcher said of each rank's host; where the host identities
+    // say otherwise for any rank, every rank makes it again with the places they agree on.
+    if (relocated) {
+      HVD_RETURN_IF_ERROR(comm->finalize_backend());
+      HVD_RETURN_IF_ERROR(comm->init_backend());
+    }
+  }
   log(HVD_LOG_INFO, "rank " + std::to_string(world.rank) + "/" + std::to_string(world.size) + " (" +
                         world.source + ") on backend " + comm->plugin_.name + " from " +
                         comm->plugin_.path.string());
   return comm;
 }
 
-Status Communicator::agree_through_backend(const std::string& host, const std::string& choice) {
-  // A fixed-size record per rank, gathered by the backend itself: the host identity in the first
-  // kMaxHostIdentity bytes, the choice after it.
+Status Communicator::init_backend() {
+  const World& world = world_;
+  services_ = std::make_unique<HostServices>(store_.get(), services_prefix_, world);
+  hvd_backend_init_args args{};
+  args.struct_size = sizeof args;
+  args.rank = world.rank;
+  args.size = world.size;
+  args.local_rank = world.local_rank;
+  args.local_size = world.local_size;
+  args.timeout_ms = timeout_.count();
+  args.local_address = local_address_.c_str();
+  args.host = services_->table();
+  std::vector<int32_t> members(static_cast<size_t>(world.size));
+  for (int32_t r = 0; r < world.size; ++r) members[static_cast<size_t>(r)] = r;
+  args.members = members.data();
+  args.member_count = world.size;
+  args.comm_id = comm_id_;
+  args.member_local_rank = world.local_rank;
+  args.member_local_size = world.local_size;
+  if (plugin_.abi_minor == 0) {  // to a 1.0 plugin its communicator is the job
+    args.local_rank = args.member_local_rank;
+    args.local_size = args.member_local_size;
+  }
+  if (log_enabled(HVD_LOG_DEBUG)) {
+    log(HVD_LOG_DEBUG,
+        "init of backend '" + plugin_.name + "': rank " + std::to_string(args.rank) + " of " +
+            std::to_string(args.size) + ", local rank " + std::to_string(args.local_rank) + " of " +
+            std::to_string(args.local_size) + ", communicator " + std::to_string(args.comm_id));
+  }
+  hvd_backend_comm* backend = nullptr;
+  HVD_RETURN_IF_ERROR(call_backend("init", [&] { return plugin_.table->init(&args, &backend); }));
+  backend_ = backend;
+  return Status::success();
+}
+
+Status Communicator::finalize_backend() {
+  hvd_backend_comm* backend = std::exchange(backend_, nullptr);
+  if (backend == nullptr) return Status::success();
+  return call_backend("finalize", [&] { return plugin_.table->finalize(backend); });
+}
+
+Result<bool> Communicator::agree_through_backend(const std::string& record) {
+  // A fixed-size record per rank, gathered by the backend itself (a choice too long for it is
+  // cut: it comes last).
   constexpr size_t kRecord = 1024;
   std::vector<char> mine(kRecord, '\0');
-  std::memcpy(mine.data(), host.data(), std::min(host.size(), kMaxHostIdentity - 1));
-  std::memcpy(mine.data() + kMaxHostIdentity, choice.data(),
-              std::min(choice.size(), kRecord - kMaxHostIdentity - 1));
+  std::memcpy(mine.data(), record.data(), std::min(record.size(), kRecord - 1));
   std::vector<char> all(kRecord * static_cast<size_t>(world_.size));
   HVD_RETURN_IF_ERROR(allgather(control_args(mine.data(), all.data(), kRecord))
                           .with_context("checking that every rank uses the same backend"));
   std::vector<std::string> records;
   for (int r = 0; r < world_.size; ++r) {
     const char* at = all.data() + kRecord * static_cast<size_t>(r);
-    records.push_back(std::string(at, strnlen(at, kMaxHostIdentity)) + '\0' +
-                      std::string(at + kMaxHostIdentity,
-                                  strnlen(at + kMaxHostIdentity, kRecord - kMaxHostIdentity)));
+    records.emplace_back(at, strnlen(at, kRecord));
   }
   return agree_and_place(records);
 }
 
-Status Communicator::agree_and_place(const std::vector<std::string>& records) {
-  std::vector<std::string> choices;
-  hosts_.clear();
+Result<bool> Communicator::agree_and_place(const std::vector<std::string>& records) {
+  std::vector<std::string> hosts, choices;
+  std::vector<LocalPlace> said;  // by each rank's launcher
   for (const std::string& record : records) {
-    const size_t end = record.find('\0');
-    hosts_.push_back(record.substr(0, end));
-    choices.push_back(end == std::string::npos ? "" : record.substr(end + 1));
+    // "<host>\n<local rank> <local size>\n<choice>" (init_record)
+    const size_t first = record.find('\n');
+    const size_t second = first == std::string::npos ? first : record.find('\n', first + 1);
+    LocalPlace place;
+    if (second != std::string::npos) {
+      std::sscanf(record.c_str() + first + 1, "%d %d", &place.rank, &place.size);
+    }
+    hosts.push_back(record.substr(0, first));
+    said.push_back(place);
+    choices.push_back(second == std::string::npos ? "" : record.substr(second + 1));
   }
   HVD_RETURN_IF_ERROR(check_backend_agreement(choices));
   // Local rank and size are what the host identities say, whatever a launcher said: a launcher
   // that groups ranks by host name puts network-namespace hosts together.
-  const LocalPlace place = local_place(hosts_, world_.rank);
-  if (place.rank != world_.local_rank || place.size != world_.local_size) {
-    log(HVD_LOG_INFO, "local rank " + std::to_string(place.rank) + " of " +
-                          std::to_string(place.size) + " on host " +
-                          hosts_[static_cast<size_t>(world_.rank)] + " (" + world_.source +
+  bool relocated = false;
+  for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
+    const LocalPlace place = local_place(hosts, r);
+    const LocalPlace& before = said[static_cast<size_t>(r)];
+    relocated = relocated || place.rank != before.rank || place.size != before.size;
+  }
+  const LocalPlace mine = local_place(hosts, world_.rank);
+  if (mine.rank != world_.local_rank || mine.size != world_.local_size) {
+    log(HVD_LOG_INFO, "local rank " + std::to_string(mine.rank) + " of " +
+                          std::to_string(mine.size) + " on host " +
+                          hosts[static_cast<size_t>(world_.rank)] + " (" + world_.source +
                           " said " + std::to_string(world_.local_rank) + " of " +
                           std::to_string(world_.local_size) + ")");
-    world_.local_rank = place.rank;
-    world_.local_size = place.size;
+    world_.local_rank = mine.rank;
+    world_.local_size = mine.size;
   }
-  return Status::success();
+  hosts_ = std::move(hosts);
+  return relocated;
 }
 
 Communicator::~Communicator() {
-  if (backend_ != nullptr) {
-    const Status s = call_backend("finalize", [&] { return plugin_.table->finalize(backend_); });
-    if (!s.ok()) log(HVD_LOG_WARNING, s.message());
-  }
+  const Status s = finalize_backend();
+  if (!s.ok()) log(HVD_LOG_WARNING, s.message());
 }
 
 template <typename Fn>
@@ -386,7 +431,8 @@ Status Communicator::allgather(const hvd_collective_args& args) {
                   [&](const hvd_collective_args& host) { return allgather(host); });
   }
   if (args.recv_counts == nullptr || (plugin_.capabilities & HVD_CAP_ALLGATHERV) != 0) {
-    return call_backend("allgather", [&] { return plugin_.table->allgather(backend_, &args); });
+    const hvd_collective_args a = without_reduction(args);
+    return call_backend("allgather", [&] { return plugin_.table->allgather(backend_, &a); });
   }
   // A backend without allgatherv (host memory, checked above): each rank's part is broadcast
   // from it, in place in recvbuf.
@@ -396,7 +442,7 @@ Status Communicator::allgather(const hvd_collective_args& args) {
     const uint64_t count = args.recv_counts[r];
     if (count == 0) continue;
     if (r == world_.rank && part != args.sendbuf) std::memmove(part, args.sendbuf, count * element);
-    hvd_collective_args piece = args;
+    hvd_collective_args piece = without_reduction(args);
     piece.sendbuf = part;
     piece.recvbuf = part;
     piece.count = count;
@@ -416,19 +462,20 @@ Status Communicator::broadcast(const hvd_collective_args& args) {
     return staged("broadcast", args, 0, args.root == world_.rank ? bytes : 0, bytes,
                   [&](const hvd_collective_args& host) { return broadcast(host); });
   }
-  return call_backend("broadcast", [&] { return plugin_.table->broadcast(backend_, &args); });
+  const hvd_collective_args a = without_reduction(args);
+  return call_backend("broadcast", [&] { return plugin_.table->broadcast(backend_, &a); });
+}
+
+hvd_collective_args Communicator::without_reduction(const hvd_collective_args& args) const {
+  // The op of a call that reduces nothing is whatever the caller left there; the plugin gets one
+  // it declared instead (it never sees a value it did not declare).
+  hvd_collective_args a = args;
+  a.op = plugin_.any_reduce_op();
+  return a;
 }
 
 hvd_collective_args Communicator::control_args(const void* send, void* recv, size_t bytes) const {
-  // The narrowest dtype the plugin takes whose size divides `bytes`: bytes are only moved.
-  hvd_dtype dtype = HVD_UINT8;
-  for (hvd_dtype d : {HVD_UINT8, HVD_INT8, HVD_FLOAT16, HVD_BFLOAT16, HVD_INT32, HVD_FLOAT32,
-                      HVD_INT64, HVD_FLOAT64}) {
-    if (plugin_.takes(d) && bytes % hvd_dtype_size(d) == 0) {
-      dtype = d;
-      break;
-    }
-  }
+  const hvd_dtype dtype = plugin_.byte_dtype();  // whose size divides any multiple of 8
   return host_args(send, recv, bytes / hvd_dtype_size(dtype), dtype);
 }
 

@@ -53,8 +53,8 @@ class Communicator final : public Collectives {
   int rank() const override { return world_.rank; }
   int size() const override { return world_.size; }
   Status barrier();
-  // A collective that moves `bytes` of host memory (hvd's own control records), in a dtype the
-  // plugin takes.
+  // A collective that moves `bytes` (a multiple of 8) of host memory: hvd's own control records,
+  // in a dtype the plugin takes.
   hvd_collective_args control_args(const void* send, void* recv, size_t bytes) const;
 
   const World& world() const { return world_; }
@@ -62,11 +62,17 @@ class Communicator final : public Collectives {
 
  private:
   Communicator() = default;
-  // Every rank's record (its host identity, '\0', its backend choice): the same verdict on every
-  // rank, and this rank's local rank and size among the ranks of its host.
-  Status agree_and_place(const std::vector<std::string>& records);
+  // Every rank's init record (its host, its launcher's word on its place there, its backend
+  // choice): the same verdict on every rank, and this rank's local rank and size among the ranks
+  // of its host. True when the hosts place some rank otherwise than its launcher did.
+  Result<bool> agree_and_place(const std::vector<std::string>& records);
   // The same for a job without rendezvous, over the (initialized) backend itself.
-  Status agree_through_backend(const std::string& host, const std::string& choice);
+  Result<bool> agree_through_backend(const std::string& record);
+  // Make the backend's communicator over the world as it now stands, and release it.
+  Status init_backend();
+  Status finalize_backend();
+  // `args` for a call that reduces nothing, with an op the plugin declared.
+  hvd_collective_args without_reduction(const hvd_collective_args& args) const;
   Status validate(const char* what, const hvd_collective_args& args, bool uses_op,
                   bool uses_root) const;
   template <typename Fn>
@@ -81,6 +87,9 @@ class Communicator final : public Collectives {
   World world_;
   std::vector<std::string> hosts_;  // every rank's host identity (bootstrap/host.hpp)
   Plugin plugin_;
+  uint64_t comm_id_ = 0;
+  std::string local_address_;    // this host's address as peers reach it
+  std::string services_prefix_;  // of the plugin's keys
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<TcpStoreServer> server_;  // when this rank hosts the rendezvous
   std::unique_ptr<KvStore> store_;
@@ -92,8 +101,7 @@ class Communicator final : public Collectives {
 
 // A rendezvous for a job started by a launcher (mpirun) without HVD_RENDEZVOUS_ADDR, made
 // through a self-bootstrapping backend (HVD_BOOTSTRAP_BACKEND, default mpi).
-Result<SharedRendezvous> rendezvous_through_launcher(const World& world,
-                                                     const std::string& for_backend,
+Result<SharedRendezvous> rendezvous_through_launcher(const std::string& for_backend,
                                                      std::chrono::milliseconds timeout,
                                                      const EnvLookup& env);
 

@@ -63,17 +63,15 @@ Status validate_table(const fs::path& file, const hvd_backend_v1* t) {
   if ((t->capabilities & HVD_CAP_REDUCE_SCATTER) != 0 && t->reduce_scatter == nullptr) {
     return plugin_error(file, "it claims reduce_scatter but its entry point is NULL");
   }
-  if (HVD_HAS_FIELD(t, hvd_backend_v1, reduce_ops)) {
-    if ((t->dtypes & kKnownDtypes) == 0) {
-      return plugin_error(file, "its table declares no dtype this hvd knows (dtypes is " +
-                                    std::to_string(t->dtypes) +
-                                    ": set HVD_DTYPE_BIT of each dtype the plugin takes)");
-    }
-    if ((t->reduce_ops & kKnownReduceOps) == 0) {
-      return plugin_error(file, "its table declares no reduce op this hvd knows (reduce_ops is " +
-                                    std::to_string(t->reduce_ops) +
-                                    ": set HVD_REDUCE_OP_BIT of each op the plugin takes)");
-    }
+  if (HVD_HAS_FIELD(t, hvd_backend_v1, dtypes) && (t->dtypes & kKnownDtypes) == 0) {
+    return plugin_error(file, "its table declares no dtype this hvd knows (dtypes is " +
+                                  std::to_string(t->dtypes) +
+                                  ": set HVD_DTYPE_BIT of each dtype the plugin takes)");
+  }
+  if (HVD_HAS_FIELD(t, hvd_backend_v1, reduce_ops) && (t->reduce_ops & kKnownReduceOps) == 0) {
+    return plugin_error(file, "its table declares no reduce op this hvd knows (reduce_ops is " +
+                                  std::to_string(t->reduce_ops) +
+                                  ": set HVD_REDUCE_OP_BIT of each op the plugin takes)");
   }
   return Status::success();
 }
@@ -92,6 +90,21 @@ fs::path install_plugin_dir() {
 }
 
 }  // namespace
+
+hvd_dtype Plugin::byte_dtype() const {
+  for (hvd_dtype d : {HVD_UINT8, HVD_INT8, HVD_INT32, HVD_INT64, HVD_FLOAT16, HVD_BFLOAT16,
+                      HVD_FLOAT32, HVD_FLOAT64}) {
+    if (takes(d)) return d;
+  }
+  return HVD_UINT8;  // unreachable: a loaded plugin declares a dtype this hvd knows
+}
+
+hvd_reduce_op Plugin::any_reduce_op() const {
+  for (int op = 0; op < HVD_REDUCE_OP_COUNT; ++op) {
+    if (takes(static_cast<hvd_reduce_op>(op))) return static_cast<hvd_reduce_op>(op);
+  }
+  return HVD_SUM;  // unreachable: a loaded plugin declares an op this hvd knows
+}
 
 std::string plugin_file_name(const std::string& backend) {
   return HVD_BACKEND_FILE_PREFIX + backend + HVD_BACKEND_FILE_SUFFIX;

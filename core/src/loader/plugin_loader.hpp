@@ -41,8 +41,17 @@ struct Plugin {
   decltype(hvd_backend_v1::abort) abort = nullptr;
   decltype(hvd_backend_v1::alltoall) alltoall = nullptr;
 
-  bool takes(hvd_dtype dtype) const { return (dtypes & HVD_DTYPE_BIT(dtype)) != 0; }
-  bool takes(hvd_reduce_op op) const { return (reduce_ops & HVD_REDUCE_OP_BIT(op)) != 0; }
+  bool takes(hvd_dtype dtype) const {
+    return dtype >= 0 && dtype < HVD_DTYPE_COUNT && (dtypes & HVD_DTYPE_BIT(dtype)) != 0;
+  }
+  bool takes(hvd_reduce_op op) const {
+    return op >= 0 && op < HVD_REDUCE_OP_COUNT && (reduce_ops & HVD_REDUCE_OP_BIT(op)) != 0;
+  }
+  // The dtype hvd moves its own bytes in (control records, whose sizes are multiples of 8): the
+  // narrowest integer the plugin takes, else the narrowest float (data movement is bit-exact).
+  hvd_dtype byte_dtype() const;
+  // An op the plugin takes: what a call that reduces nothing carries.
+  hvd_reduce_op any_reduce_op() const;
 };
 
 struct PluginFailure {

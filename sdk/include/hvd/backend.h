@@ -70,14 +70,18 @@ typedef struct hvd_host_services {
  *
  * A communicator is the world (every rank of the job) or a subset of it made by split: its
  * *members*, ranked 0 .. size-1 among themselves. rank, size, root and per-rank counts are
- * always relative to the communicator; `members` maps them to the job's ranks. */
+ * always relative to the communicator; `members` maps them to the job's ranks. init and split
+ * run on the application thread that made the communicator (hvd_init, a split), so a backend
+ * that binds a CUDA device at creation (NCCL) binds the device current there. */
 typedef struct hvd_backend_init_args {
   size_t struct_size;
   int32_t rank;       /* this process's rank in the communicator: 0 <= rank < size */
   int32_t size;       /* the communicator's ranks (the job's, for the world communicator) */
   int32_t local_rank; /* this process's rank among the job's processes on its host (a property
-                         of the process: the GPU it drives is usually this one) */
-  int32_t local_size; /* the job's processes on this host */
+                         of the process: the GPU it drives is usually this one). A 1.0 plugin
+                         (abi_minor 0) gets member_local_rank here: to it, its communicator is
+                         the job */
+  int32_t local_size; /* the job's processes on this host (a 1.0 plugin: member_local_size) */
   int64_t timeout_ms; /* bound every wait by this (HVD_TIMEOUT) */
   const char* local_address; /* this host's address as its peers can reach it; "" if unknown */
   const hvd_host_services* host; /* this communicator's own services (its own key namespace) */
@@ -87,12 +91,13 @@ typedef struct hvd_backend_init_args {
    * Default: the identity (the world communicator). */
   const int32_t* members;
   int32_t member_count;
-  /* 1.1: the same on every member and different for every communicator a job creates; members
-   * derive it alike (from the parent's id, the parent's split ordinal and the color). Default 0. */
+  /* 1.1: a 64-bit hash every member derives alike (the world's from the job's init count; a
+   * child's from the parent's id, the parent's split ordinal and the color), distinct for the
+   * communicators of a job in practice. Default 0. */
   uint64_t comm_id;
   /* 1.1: this process's rank among the communicator's members on its host, and their number
-   * (ranks share a host as hvd's one host identity says: host name plus network namespace).
-   * Default: local_rank and local_size. */
+   * (ranks share a host as hvd's one host identity says: HVD_HOSTNAME, else host name, kernel
+   * boot id and network namespace). Default: local_rank and local_size. */
   int32_t member_local_rank;
   int32_t member_local_size;
 } hvd_backend_init_args;
@@ -110,7 +115,10 @@ typedef struct hvd_backend_init_args {
  *   reduce_scatter  sendbuf[count * size] -> recvbuf[count]: this rank's block of the reduction
  *   alltoall (1.1)  sendbuf holds send_counts[r] elements for each rank r, packed in rank order;
  *                   recvbuf receives recv_counts[r] elements from each rank r, packed in rank
- *                   order. count is the sum of send_counts. Both arrays are always set.
+ *                   order. count is the sum of send_counts. Both arrays are always set, and
+ *                   consistent: the host derives recv_counts from the peers' send_counts.
+ *
+ * allgather, broadcast and alltoall move elements bit for bit, whatever the dtype.
  *
  * In place: sendbuf == recvbuf, except allgather where it is sendbuf == recvbuf + this rank's
  * offset (the NCCL/MPI convention); alltoall is never in place. Buffers must not otherwise
@@ -123,7 +131,8 @@ typedef struct hvd_collective_args {
   hvd_dtype dtype;
   hvd_reduce_op op;            /* allreduce, reduce_scatter; meaningless for the others */
   int32_t root;                /* broadcast */
-  const uint64_t* recv_counts; /* allgather: NULL, or `size` per-rank element counts; alltoall */
+  const uint64_t* recv_counts; /* allgather: NULL, or `size` per-rank element counts (with
+                                  HVD_CAP_ALLGATHERV); alltoall: `size` per-source counts */
   hvd_memory_type memory_type; /* of both buffers */
   int32_t device;              /* CUDA device ordinal for HVD_MEMORY_CUDA, else -1 */
   void* stream; /* cudaStream_t for HVD_MEMORY_CUDA: the call is ordered on it and may return
@@ -173,19 +182,25 @@ typedef struct hvd_backend_v1 {
   /* 1.1, optional (NULL: the host makes children with init, over their members and with their
    * own host services). Make the child communicator that `args` describes from `parent`, with
    * what the parent has (its connections, a native split such as MPI_Comm_split or
-   * ncclCommSplit). Collective over every rank of `parent`, in the order of its collectives. On
-   * a rank that joins no child (color < 0) args is NULL and *child must be set to NULL. */
+   * ncclCommSplit: color members[0], key rank). Collective over every rank of `parent`, in the
+   * order of its collectives. On a rank that joins no child (color < 0) args is NULL and *child
+   * must be set to NULL. A self-bootstrapping plugin without split gets its children from init,
+   * over `members` (job ranks: the ranks of the world it found by itself). */
   hvd_status (*split)(hvd_backend_comm* parent, const hvd_backend_init_args* args,
                       hvd_backend_comm** child);
 
   /* 1.1, optional. The one entry the host may call while another thread is inside a call on
-   * `comm`: make that call return soon with an error, and every later call on `comm` but
-   * finalize fail at once. Not collective; it must not wait on peers. The host calls finalize
-   * once the interrupted call has returned. NULL: the host can only abandon a call in progress
-   * (its caller gets HVD_ERR_TIMEOUT; the plugin's thread is left to finish on its own). */
+   * `comm` (or with none in progress; more than once is allowed): make that call return soon
+   * with an error, and every later call on `comm` but finalize fail at once. Work it queued on
+   * CUDA streams may be abandoned (as ncclCommAbort does). Not collective; it must not wait on
+   * peers, and it touches only `comm` (the host aborts children itself). It may report what it
+   * knows of the failure (an asynchronous error its library recorded) through set_error. The
+   * host calls finalize only after abort and the interrupted call have returned. NULL: the host
+   * can only abandon a call in progress (its caller gets HVD_ERR_TIMEOUT; the plugin's thread is
+   * left to finish on its own, and the communicator is never finalized under it). */
   hvd_status (*abort)(hvd_backend_comm* comm);
 
-  /* 1.1, optional (NULL: the host runs alltoall with the other collectives). */
+  /* 1.1, optional (NULL: the host runs alltoall as other collectives of this plugin). */
   hvd_status (*alltoall)(hvd_backend_comm* comm, const hvd_collective_args* args);
 } hvd_backend_v1;
 #define HVD_BACKEND_V1_SIZE_1_0 HVD_FIELD_END(hvd_backend_v1, reduce_scatter)

@@ -237,7 +237,11 @@ hvd_status split(hvd_backend_comm* parent, const hvd_backend_init_args* args,
     if (args != nullptr) context = InitContext::from(*args);
     Result<std::unique_ptr<Backend>> made = self->backend->split(context ? &*context : nullptr);
     if (!made.ok()) return made.status();
-    if (*made) {
+    if ((*made != nullptr) != context.has_value()) {
+      return Status(HVD_ERR_INTERNAL, context ? "split made no child for a rank that joins one"
+                                              : "split made a child for a rank that joins none");
+    }
+    if (context) {
       *child = reinterpret_cast<hvd_backend_comm*>(
           new Comm<Backend>{std::move(made).value(), context->host});
     }
