@@ -29,7 +29,8 @@ Status run_through_hvd(Comm& comm, const CollectiveCall& call);
 class DirectLibrary {
  public:
   virtual ~DirectLibrary() = default;
-  // The library's name for the call: "MPI_Allreduce", "gloo::allreduce".
+  // The library's name for the call: "MPI_Allreduce", "gloo_algorithms::allreduce" (the Gloo
+  // algorithms the plugin runs).
   virtual std::string call_name(Collective collective) const = 0;
   // Empty when the library can run this call directly; else why not ("MPI has no bfloat16").
   virtual std::string unsupported(const CollectiveCall& call) const = 0;

@@ -77,7 +77,7 @@ class DirectGloo final : public DirectLibrary {
   DirectGloo(gloo_algorithms::Meshes meshes, int rank) : meshes_(std::move(meshes)), rank_(rank) {}
 
   std::string call_name(Collective c) const override {
-    return std::string("gloo::") + collective_name(c);
+    return std::string("gloo_algorithms::") + collective_name(c);
   }
 
   std::string unsupported(const CollectiveCall& c) const override {
