@@ -14,13 +14,13 @@
 
 static int g_rank = -1;
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    const hvd_status status_ = (call);                                                       \
-    if (status_ != HVD_SUCCESS) {                                                            \
-      fprintf(stderr, "rank %d: %s failed: %s\n", g_rank, #call, hvd_last_error());         \
-      exit(1);                                                                               \
-    }                                                                                        \
+#define CHECK(call)                                                                 \
+  do {                                                                              \
+    const hvd_status status_ = (call);                                              \
+    if (status_ != HVD_SUCCESS) {                                                   \
+      fprintf(stderr, "rank %d: %s failed: %s\n", g_rank, #call, hvd_last_error()); \
+      exit(1);                                                                      \
+    }                                                                               \
   } while (0)
 
 #define EXPECT(condition, ...)                                       \
@@ -66,8 +66,8 @@ int main(void) {
   float grad[5] = {1, 2, 3, 4, 5};
   const int64_t grad_shape[1] = {5};
   hvd_request* request = NULL;
-  CHECK(hvd_allreduce_async(comm, "abi10.grad", grad, grad, HVD_FLOAT32, 1, grad_shape,
-                            HVD_AVERAGE, 2.0, 0.5, &host, &request));
+  CHECK(hvd_allreduce_async(comm, "abi10.grad", grad, grad, HVD_FLOAT32, 1, grad_shape, HVD_AVERAGE,
+                            2.0, 0.5, &host, &request));
   CHECK(hvd_request_wait(request, 60));
   hvd_request_free(request);
   for (int i = 0; i < 5; ++i) EXPECT(grad[i] == i + 1.0f, "averaged element %d is %g", i, grad[i]);
@@ -124,7 +124,8 @@ int main(void) {
   memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;
   CHECK(hvd_scheduler_stats_get(comm, &stats));
-  EXPECT(stats.tensors >= 4, "the scheduler completed %llu tensors", (unsigned long long)stats.tensors);
+  EXPECT(stats.tensors >= 4, "the scheduler completed %llu tensors",
+         (unsigned long long)stats.tensors);
 
   free(gathered);
   free(all);

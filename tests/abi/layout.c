@@ -19,9 +19,8 @@
 #define SIZE_1_0(type, constant) (constant)
 #endif
 
-#define STRUCT(type, constant) \
-  printf("%s: 1.0 size %zu\n", #type, (size_t)SIZE_1_0(type, constant))
-#define FIELD(type, field)                                                      \
+#define STRUCT(type, constant) printf("%s: 1.0 size %zu\n", #type, (size_t)SIZE_1_0(type, constant))
+#define FIELD(type, field)                                                        \
   printf("  %s.%s: offset %zu, size %zu\n", #type, #field, offsetof(type, field), \
          sizeof(((type*)0)->field))
 #define VALUE(name) printf("%s = %lld\n", #name, (long long)(name))

@@ -83,7 +83,7 @@ typedef struct hvd_backend_init_args {
                          the job */
   int32_t local_size; /* the job's processes on this host (a 1.0 plugin: member_local_size) */
   int64_t timeout_ms; /* bound every wait by this (HVD_TIMEOUT) */
-  const char* local_address; /* this host's address as its peers can reach it; "" if unknown */
+  const char* local_address;     /* this host's address as its peers can reach it; "" if unknown */
   const hvd_host_services* host; /* this communicator's own services (its own key namespace) */
 
   /* 1.1: members[i] is the job rank of communicator rank i, so members[rank] is this process;
@@ -178,6 +178,9 @@ typedef struct hvd_backend_v1 {
    * plugin sees it. Default (a 1.0 table): HVD_DTYPES_1_0 and HVD_REDUCE_OPS_1_0. */
   uint64_t dtypes;
   uint64_t reduce_ops;
+
+  /* The optional 1.1 entries below are specified for the host's communicator split, abort
+   * watchdog and alltoall; this hvd reads them from the table but does not call them yet. */
 
   /* 1.1, optional (NULL: the host makes children with init, over their members and with their
    * own host services). Make the child communicator that `args` describes from `parent`, with
