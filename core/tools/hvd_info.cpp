@@ -38,11 +38,9 @@ int main(int argc, char** argv) {
     std::printf("  %-10s %-28s %-5s %-34s %s\n", p.name.c_str(), p.version.c_str(), abi.c_str(),
                 capabilities_to_string(p.capabilities).c_str(), p.path.c_str());
     if (!p.description.empty()) std::printf("  %-10s %s\n", "", p.description.c_str());
-    const std::string dtypes = p.dtypes == kKnownDtypes ? "all" : dtypes_to_string(p.dtypes);
-    const std::string ops =
-        p.reduce_ops == kKnownReduceOps ? "all" : reduce_ops_to_string(p.reduce_ops);
-    std::printf("  %-10s dtypes: %s; reduce ops: %s; optional entries: %s\n", "", dtypes.c_str(),
-                ops.c_str(), optional_entries_to_string(p).c_str());
+    std::printf("  %-10s dtypes: %s; reduce ops: %s; optional entries: %s\n", "",
+                dtypes_to_string(p.dtypes).c_str(), reduce_ops_to_string(p.reduce_ops).c_str(),
+                optional_entries_to_string(p).c_str());
   }
   if (!scan.failures.empty()) {
     std::printf("\nFailed to load (%zu):\n", scan.failures.size());

@@ -140,6 +140,47 @@ TEST(SdkBackend, EveryOptionalMemberFillsItsSlot) {
   EXPECT_EQ(t->finalize(parent), HVD_SUCCESS);
 }
 
+// A split that answers the wrong question (a child where the rank joins none, or none where it
+// joins one) is an error through the C entry, never a dangling or missing child.
+class WrongSplit {
+ public:
+  static bool make_child;
+  static hvd::Result<std::unique_ptr<WrongSplit>> create(const hvd::sdk::InitContext&) {
+    return std::make_unique<WrongSplit>();
+  }
+  Status allreduce(const hvd_collective_args&) { return Status::success(); }
+  Status allgather(const hvd_collective_args&) { return Status::success(); }
+  Status broadcast(const hvd_collective_args&) { return Status::success(); }
+  Status barrier() { return Status::success(); }
+  hvd::Result<std::unique_ptr<WrongSplit>> split(const hvd::sdk::InitContext*) {
+    if (!make_child) return std::unique_ptr<WrongSplit>();
+    return std::make_unique<WrongSplit>();
+  }
+};
+bool WrongSplit::make_child = false;
+
+TEST(SdkBackend, ASplitThatMakesTheWrongChildIsAnError) {
+  const hvd_backend_v1* t = hvd::sdk::backend_table<WrongSplit>("wrong", "1", "", 0);
+  const hvd_host_services host = services();
+  hvd_backend_init_args args{};
+  args.struct_size = sizeof args;
+  args.size = 1;
+  args.local_size = 1;
+  args.host = &host;
+  hvd_backend_comm* parent = nullptr;
+  ASSERT_EQ(t->init(&args, &parent), HVD_SUCCESS);
+  hvd_backend_comm* child = nullptr;
+  WrongSplit::make_child = false;
+  EXPECT_EQ(t->split(parent, &args, &child), HVD_ERR_INTERNAL);
+  EXPECT_EQ(g_error, "split made no child for a rank that joins one");
+  EXPECT_EQ(child, nullptr);
+  WrongSplit::make_child = true;
+  EXPECT_EQ(t->split(parent, nullptr, &child), HVD_ERR_INTERNAL);
+  EXPECT_EQ(g_error, "split made a child for a rank that joins none");
+  EXPECT_EQ(child, nullptr);
+  EXPECT_EQ(t->finalize(parent), HVD_SUCCESS);
+}
+
 // A host of ABI 1.0 passes init arguments of 1.0's size: the helper fills the 1.1 fields with
 // their defaults, never reading what lies beyond struct_size.
 TEST(SdkBackend, InitArgumentsOfAbi10GetTheDefaultsOfLaterFields) {

@@ -12,7 +12,7 @@
 // Members are destroyed in reverse: the scheduler stops before the backend it runs on.
 struct hvd_comm {
   std::unique_ptr<hvd::core::Communicator> impl;
-  std::unique_ptr<hvd::core::Communicator> controller;  // negotiation, when impl has no host memory
+  std::unique_ptr<hvd::core::Communicator> controller;  // negotiation, when impl cannot carry it
   std::mutex scheduler_mutex;                           // guards starting the scheduler
   std::unique_ptr<hvd::core::Scheduler> scheduler;
   std::atomic<bool> scheduled{false};       // set once the scheduler runs every collective

@@ -24,10 +24,9 @@ std::string describe_backend_choice(const Result<Plugin>& loaded) {
   const Plugin& p = *loaded;
   return "ok\n" + p.name + " " + p.version + " (ABI " + std::to_string(p.abi_major) + "." +
          std::to_string(p.abi_minor) + ") [" + capabilities_to_string(p.capabilities) +
-         "; dtypes " + (p.dtypes == kKnownDtypes ? "all" : dtypes_to_string(p.dtypes)) +
-         "; reduce ops " +
-         (p.reduce_ops == kKnownReduceOps ? "all" : reduce_ops_to_string(p.reduce_ops)) +
-         "; optional entries " + optional_entries_to_string(p) + "]";
+         "; dtypes " + dtypes_to_string(p.dtypes) + "; reduce ops " +
+         reduce_ops_to_string(p.reduce_ops) + "; optional entries " +
+         optional_entries_to_string(p) + "]";
 }
 
 Status check_backend_agreement(const std::vector<std::string>& choices) {

@@ -282,7 +282,6 @@ Result<bool> Communicator::agree_and_place(const std::vector<std::string>& recor
     world_.local_rank = mine.rank;
     world_.local_size = mine.size;
   }
-  hosts_ = std::move(hosts);
   return relocated;
 }
 

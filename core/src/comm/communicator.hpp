@@ -85,7 +85,6 @@ class Communicator final : public Collectives {
                 uint64_t in_bytes, uint64_t out_bytes, Run&& run);
 
   World world_;
-  std::vector<std::string> hosts_;  // every rank's host identity (bootstrap/host.hpp)
   Plugin plugin_;
   uint64_t comm_id_ = 0;
   std::string local_address_;    // this host's address as peers reach it

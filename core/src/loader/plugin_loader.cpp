@@ -245,6 +245,7 @@ std::string capabilities_to_string(uint64_t capabilities) {
 }
 
 std::string dtypes_to_string(uint64_t dtypes) {
+  if ((dtypes & kKnownDtypes) == kKnownDtypes) return "all";
   std::string out;
   for (int d = 0; d < HVD_DTYPE_COUNT; ++d) {
     if ((dtypes & HVD_DTYPE_BIT(d)) != 0)
@@ -254,6 +255,7 @@ std::string dtypes_to_string(uint64_t dtypes) {
 }
 
 std::string reduce_ops_to_string(uint64_t reduce_ops) {
+  if ((reduce_ops & kKnownReduceOps) == kKnownReduceOps) return "all";
   std::string out;
   for (int op = 0; op < HVD_REDUCE_OP_COUNT; ++op) {
     if ((reduce_ops & HVD_REDUCE_OP_BIT(op)) != 0) {

@@ -88,7 +88,8 @@ Result<Plugin> resolve_backend(const std::string& spec, const std::vector<fs::pa
 
 // "host,cuda,allgatherv" for hvd-info and messages.
 std::string capabilities_to_string(uint64_t capabilities);
-// "int32,float32" and "sum,min": the named members of a dtype or reduce-op set.
+// "int32,float32" and "sum,min": the named members of a dtype or reduce-op set ("all" for every
+// one this hvd knows, "none" for none).
 std::string dtypes_to_string(uint64_t dtypes);
 std::string reduce_ops_to_string(uint64_t reduce_ops);
 // "split,abort,alltoall": the optional 1.1 entries a plugin has ("none").
