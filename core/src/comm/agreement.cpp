@@ -1,5 +1,7 @@
 #include "comm/agreement.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -68,6 +70,28 @@ Status check_backend_agreement(const std::vector<std::string>& choices) {
     return error(HVD_ERR_MISMATCH, message);
   }
   return Status::success();
+}
+
+std::string format_init_record(std::string host, const World& world, const std::string& choice) {
+  host = host.substr(0, 255);
+  std::replace(host.begin(), host.end(), '\n', ' ');
+  return host + "\n" + std::to_string(world.local_rank) + " " + std::to_string(world.local_size) +
+         "\n" + choice;
+}
+
+InitRecord parse_init_record(const std::string& record) {
+  // "<host>\n<local rank> <local size>\n<choice>"
+  InitRecord out;
+  const size_t first = record.find('\n');
+  const size_t second = first == std::string::npos ? first : record.find('\n', first + 1);
+  out.host = record.substr(0, first);
+  if (second != std::string::npos) {
+    const std::string place = record.substr(first + 1, second - first - 1);
+    int rank = 0, size = 1;
+    if (std::sscanf(place.c_str(), "%d %d", &rank, &size) == 2) out.said = LocalPlace{rank, size};
+    out.choice = record.substr(second + 1);
+  }
+  return out;
 }
 
 }  // namespace hvd::core

@@ -19,16 +19,6 @@ namespace {
 // so keys of one init never collide with keys of an earlier one on the same store.
 std::atomic<int> g_epoch{0};
 
-// What a rank tells the others at init: its host (one line, cut at 255 characters: the record
-// through a self-bootstrapping backend has a fixed size), what its launcher said of its place on
-// that host, and its backend choice (last: it may have lines of its own).
-std::string init_record(std::string host, const World& world, const std::string& choice) {
-  host = host.substr(0, 255);
-  std::replace(host.begin(), host.end(), '\n', ' ');
-  return host + "\n" + std::to_string(world.local_rank) + " " + std::to_string(world.local_size) +
-         "\n" + choice;
-}
-
 // Derived alike on every rank: the world communicator of the epoch-th hvd_init (FNV-1a).
 uint64_t world_comm_id(int epoch) {
   uint64_t hash = 1469598103934665603ull;
@@ -92,7 +82,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   Result<Plugin> loaded = resolve_backend(spec, plugin_search_path(env));
   std::string choice = describe_backend_choice(loaded);
   if (loaded.ok() && !options.purpose.empty()) choice += " as " + options.purpose;
-  const std::string record = init_record(host_identity(env), world, choice);
+  const std::string record = format_init_record(host_identity(env), world, choice);
 
   // Rendezvous: the job's TCP store, at HVD_RENDEZVOUS_ADDR or made through the launcher; an
   // in-process one for a lone process; none at all for a self-bootstrapping backend (MPI under
@@ -252,16 +242,10 @@ Result<bool> Communicator::agree_and_place(const std::vector<std::string>& recor
   std::vector<std::string> hosts, choices;
   std::vector<LocalPlace> said;  // by each rank's launcher
   for (const std::string& record : records) {
-    // "<host>\n<local rank> <local size>\n<choice>" (init_record)
-    const size_t first = record.find('\n');
-    const size_t second = first == std::string::npos ? first : record.find('\n', first + 1);
-    LocalPlace place;
-    if (second != std::string::npos) {
-      std::sscanf(record.c_str() + first + 1, "%d %d", &place.rank, &place.size);
-    }
-    hosts.push_back(record.substr(0, first));
-    said.push_back(place);
-    choices.push_back(second == std::string::npos ? "" : record.substr(second + 1));
+    InitRecord parsed = parse_init_record(record);
+    hosts.push_back(std::move(parsed.host));
+    said.push_back(parsed.said);
+    choices.push_back(std::move(parsed.choice));
   }
   HVD_RETURN_IF_ERROR(check_backend_agreement(choices));
   // Local rank and size are what the host identities say, whatever a launcher said: a launcher
