@@ -38,6 +38,13 @@ class Collectives {
   virtual Status allreduce(const hvd_collective_args& args) = 0;
   virtual Status allgather(const hvd_collective_args& args) = 0;
   virtual Status broadcast(const hvd_collective_args& args) = 0;
+
+  // The error that broke this communicator (a backend failure or timeout, an abort), or success
+  // while it is usable. Once broken, every collective fails with that error.
+  virtual Status health() const { return Status::success(); }
+  // Breaks the communicator with `why` (the first reason sticks) and interrupts a collective in
+  // progress on another thread. Any thread, any number of times.
+  virtual void abort(const Status& why) { (void)why; }
 };
 
 }  // namespace hvd::core

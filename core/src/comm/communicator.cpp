@@ -209,16 +209,64 @@ Status Communicator::init_backend() {
             std::to_string(args.size) + ", local rank " + std::to_string(args.local_rank) + " of " +
             std::to_string(args.local_size) + ", communicator " + std::to_string(args.comm_id));
   }
+  // On the application's thread (NCCL binds the current device, MPI its main thread), so it
+  // cannot be walked away from; the watchdog reports it if it overruns.
+  if (!watched_) {
+    Watchdog::watch(this);
+    watched_ = true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    in_call_ = true;
+    call_abortable_ = false;
+    call_what_ = "init";
+    call_deadline_ = Clock::now() + timeout_ + kMargin;
+    overran_ = false;
+  }
   hvd_backend_comm* backend = nullptr;
-  HVD_RETURN_IF_ERROR(call_backend("init", [&] { return plugin_.table->init(&args, &backend); }));
+  begin_backend_call();
+  const hvd_status code = plugin_.table->init(&args, &backend);
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    in_call_ = false;
+  }
+  if (code != HVD_SUCCESS) {
+    const bool known = code > HVD_SUCCESS && code <= HVD_ERR_IN_PROGRESS;
+    return error(known ? code : HVD_ERR_INTERNAL,
+                 "init on backend '" + plugin_.name + "' failed: " + backend_call_message(code));
+  }
+  std::lock_guard<std::mutex> lock(abort_mutex_);
   backend_ = backend;
+  backend_aborted_ = false;
   return Status::success();
 }
 
 Status Communicator::finalize_backend() {
-  hvd_backend_comm* backend = std::exchange(backend_, nullptr);
+  hvd_backend_comm* backend = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    backend = std::exchange(backend_, nullptr);
+  }
   if (backend == nullptr) return Status::success();
-  return call_backend("finalize", [&] { return plugin_.table->finalize(backend); });
+  // On the runner: finalize may talk to peers (Gloo's leaving barrier), and a plugin must never be
+  // aborted under its own finalize; so a finalize that overruns is walked away from.
+  const hvd_backend_v1* table = plugin_.table;
+  const std::optional<Runner::Outcome> outcome = runner_.run(
+      [table, backend] {
+        begin_backend_call();
+        const hvd_status code = table->finalize(backend);
+        return Runner::Outcome{code, code == HVD_SUCCESS ? "" : backend_call_message(code)};
+      },
+      Clock::now() + timeout_ + kMargin);
+  if (!outcome) {
+    abandoned_ = true;
+    leak_for_stuck_call();
+    return timed_out("finalize");
+  }
+  if (outcome->code == HVD_SUCCESS) return Status::success();
+  const bool known = outcome->code > HVD_SUCCESS && outcome->code <= HVD_ERR_IN_PROGRESS;
+  return error(known ? outcome->code : HVD_ERR_INTERNAL,
+               "finalize on backend '" + plugin_.name + "' failed: " + outcome->message);
 }
 
 Result<bool> Communicator::agree_through_backend(const std::string& record) {
@@ -270,19 +318,205 @@ Result<bool> Communicator::agree_and_place(const std::vector<std::string>& recor
 }
 
 Communicator::~Communicator() {
-  const Status s = finalize_backend();
+  const Status s = finalize();
   if (!s.ok()) log(HVD_LOG_WARNING, s.message());
 }
 
-template <typename Fn>
-Status Communicator::call_backend(const char* what, Fn&& fn) {
+Status Communicator::finalize() {
+  if (finalized_) return *finalized_;
+  if (watched_) {
+    Watchdog::unwatch(this);
+    watched_ = false;
+  }
+  const Status broken = health();
+  bool busy = false;
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    busy = in_call_;
+  }
+  if (busy || abandoned_ || runner_.stuck()) {
+    // A call still runs in the plugin (walked away from, or made on another thread): finalizing
+    // or freeing under it could crash the process, so it keeps everything it may use.
+    leak_for_stuck_call();
+    finalized_ = broken.ok() ? error(HVD_ERR_STATE, "finalize on backend '" + plugin_.name +
+                                                        "': a call is still in progress on it; "
+                                                        "its communicator is left unreleased")
+                             : broken;
+    return *finalized_;
+  }
+  const Status released = finalize_backend();
+  finalized_ = broken.ok() ? released : broken;
+  return *finalized_;
+}
+
+void Communicator::leak_for_stuck_call() {
+  abandoned_ = true;
+  std::lock_guard<std::mutex> lock(abort_mutex_);
+  backend_ = nullptr;
+  // Intentionally never freed: the stuck call may still use the host services and their store.
+  (void)services_.release();
+  (void)store_.release();
+}
+
+Status Communicator::health() const {
+  if (!broken_.load(std::memory_order_acquire)) return Status::success();
+  std::lock_guard<std::mutex> lock(call_mutex_);
+  return broken_status_;
+}
+
+void Communicator::abort(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    if (!broken_.load(std::memory_order_relaxed)) {
+      broken_status_ = why;
+      broken_.store(true, std::memory_order_release);
+    }
+  }
+  if (services_) services_->abort();
+  runner_.interrupt();
+  std::lock_guard<std::mutex> lock(abort_mutex_);
+  if (backend_aborted_ || backend_ == nullptr || plugin_.table->abort == nullptr) return;
+  backend_aborted_ = true;
   begin_backend_call();
-  const hvd_status code = fn();
-  if (code == HVD_SUCCESS) return Status::success();
-  const std::string message = backend_call_message(code);
+  const hvd_status code = plugin_.table->abort(backend_);
+  if (code != HVD_SUCCESS) {
+    log(HVD_LOG_WARNING,
+        "abort on backend '" + plugin_.name + "' failed: " + backend_call_message(code));
+  }
+}
+
+void Communicator::bound_calls_until(std::optional<Clock::time_point> deadline,
+                                     const char* serving) {
+  std::lock_guard<std::mutex> lock(call_mutex_);
+  entry_deadline_ = deadline;
+  serving_ = serving;
+}
+
+namespace {
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", static_cast<double>(ms.count()) / 1000);
+  return text;
+}
+
+hvd_status invoke(const hvd_backend_v1* table, hvd_backend_comm* backend, int entry,
+                  const hvd_collective_args* args) {
+  switch (entry) {
+    case 0:
+      return table->allreduce(backend, args);
+    case 1:
+      return table->allgather(backend, args);
+    case 2:
+      return table->broadcast(backend, args);
+    default:
+      return table->barrier(backend);
+  }
+}
+
+}  // namespace
+
+Status Communicator::timed_out(const std::string& what) const {
+  std::string serving;
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    if (entry_deadline_) serving = std::string(" (serving ") + serving_ + ")";
+  }
+  return error(HVD_ERR_TIMEOUT, what + " on backend '" + plugin_.name + "'" + serving +
+                                    " did not return within HVD_TIMEOUT (" +
+                                    seconds_text(timeout_) + ") + " + seconds_text(kMargin) +
+                                    ": the communicator was aborted");
+}
+
+void Communicator::check(Clock::time_point now) {
+  std::unique_lock<std::mutex> lock(call_mutex_);
+  if (!in_call_ || overran_ || now < call_deadline_) return;
+  overran_ = true;
+  const std::string what = call_what_;
+  const bool abortable = call_abortable_;
+  lock.unlock();
+  if (!abortable) {
+    log(HVD_LOG_ERROR, what + " on backend '" + plugin_.name + "' has run past HVD_TIMEOUT (" +
+                           seconds_text(timeout_) + ") + " + seconds_text(kMargin) +
+                           ": the plugin ignores its timeout, and hvd cannot interrupt it");
+    return;
+  }
+  abort(timed_out(what));
+}
+
+Status Communicator::broken_by(const char* what, hvd_status code, const std::string& message) {
   const bool known = code > HVD_SUCCESS && code <= HVD_ERR_IN_PROGRESS;
-  return error(known ? code : HVD_ERR_INTERNAL,
-               std::string(what) + " on backend '" + plugin_.name + "' failed: " + message);
+  const Status failed =
+      error(known ? code : HVD_ERR_INTERNAL,
+            std::string(what) + " on backend '" + plugin_.name + "' failed: " + message);
+  abort(failed);
+  return health();  // this error, or one that broke it first (an abort that made the call fail)
+}
+
+Status Communicator::call(Entry entry, const char* what, const hvd_collective_args* args) {
+  if (broken_.load(std::memory_order_acquire)) return health();
+  Clock::time_point deadline = Clock::now() + timeout_ + kMargin;
+  if (plugin_.table->abort == nullptr) return call_on_runner(entry, what, args, deadline);
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    if (entry_deadline_ && *entry_deadline_ < deadline) deadline = *entry_deadline_;
+    in_call_ = true;
+    call_abortable_ = true;
+    call_what_ = what;
+    call_deadline_ = deadline;
+    overran_ = false;
+  }
+  begin_backend_call();
+  const hvd_status code = invoke(plugin_.table, backend_, static_cast<int>(entry), args);
+  bool overran = false;
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    in_call_ = false;
+    overran = overran_;
+  }
+  if (overran) return health();
+  if (code == HVD_SUCCESS) return Status::success();
+  return broken_by(what, code, backend_call_message(code));
+}
+
+Status Communicator::call_on_runner(Entry entry, const char* what, const hvd_collective_args* args,
+                                    Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    if (entry_deadline_ && *entry_deadline_ < deadline) deadline = *entry_deadline_;
+  }
+  // The job owns copies of what it passes the plugin (args and the counts they point to): the
+  // caller's stack is gone once it walks away.
+  struct Call {
+    hvd_collective_args args{};
+    std::vector<uint64_t> counts;
+  };
+  auto owned = std::make_shared<Call>();
+  if (args != nullptr) {
+    owned->args = *args;
+    if (args->recv_counts != nullptr) {
+      owned->counts.assign(args->recv_counts, args->recv_counts + world_.size);
+      owned->args.recv_counts = owned->counts.data();
+    }
+  }
+  const hvd_backend_v1* table = plugin_.table;
+  hvd_backend_comm* backend = backend_;
+  const std::optional<Runner::Outcome> outcome = runner_.run(
+      [table, backend, owned, entry = static_cast<int>(entry), has_args = args != nullptr] {
+        begin_backend_call();
+        const hvd_status code = invoke(table, backend, entry, has_args ? &owned->args : nullptr);
+        return Runner::Outcome{code, code == HVD_SUCCESS ? "" : backend_call_message(code)};
+      },
+      deadline);
+  if (!outcome) {
+    // Overran, or the communicator was aborted meanwhile: this plugin cannot be interrupted, so
+    // its call is left to finish on its own, and the communicator is never finalized under it.
+    abandoned_ = true;
+    abort(timed_out(what));
+    return health();
+  }
+  if (outcome->code == HVD_SUCCESS) return Status::success();
+  return broken_by(what, outcome->code, outcome->message);
 }
 
 Status Communicator::validate(const char* what, const hvd_collective_args& a, bool uses_op,
@@ -393,7 +627,7 @@ Status Communicator::allreduce(const hvd_collective_args& args) {
     return staged("allreduce", args, 0, bytes, bytes,
                   [&](const hvd_collective_args& host) { return allreduce(host); });
   }
-  return call_backend("allreduce", [&] { return plugin_.table->allreduce(backend_, &args); });
+  return call(Entry::kAllreduce, "allreduce", &args);
 }
 
 Status Communicator::allgather(const hvd_collective_args& args) {
@@ -415,7 +649,7 @@ Status Communicator::allgather(const hvd_collective_args& args) {
   }
   if (args.recv_counts == nullptr || (plugin_.capabilities & HVD_CAP_ALLGATHERV) != 0) {
     const hvd_collective_args a = without_reduction(args);
-    return call_backend("allgather", [&] { return plugin_.table->allgather(backend_, &a); });
+    return call(Entry::kAllgather, "allgather", &a);
   }
   // A backend without allgatherv (host memory, checked above): each rank's part is broadcast
   // from it, in place in recvbuf.
@@ -431,8 +665,7 @@ Status Communicator::allgather(const hvd_collective_args& args) {
     piece.count = count;
     piece.root = r;
     piece.recv_counts = nullptr;
-    HVD_RETURN_IF_ERROR(
-        call_backend("allgatherv", [&] { return plugin_.table->broadcast(backend_, &piece); }));
+    HVD_RETURN_IF_ERROR(call(Entry::kBroadcast, "allgatherv", &piece));
     part += count * element;
   }
   return Status::success();
@@ -446,7 +679,7 @@ Status Communicator::broadcast(const hvd_collective_args& args) {
                   [&](const hvd_collective_args& host) { return broadcast(host); });
   }
   const hvd_collective_args a = without_reduction(args);
-  return call_backend("broadcast", [&] { return plugin_.table->broadcast(backend_, &a); });
+  return call(Entry::kBroadcast, "broadcast", &a);
 }
 
 hvd_collective_args Communicator::without_reduction(const hvd_collective_args& args) const {
@@ -462,8 +695,16 @@ hvd_collective_args Communicator::control_args(const void* send, void* recv, siz
   return host_args(send, recv, bytes / hvd_dtype_size(dtype), dtype);
 }
 
-Status Communicator::barrier() {
-  return call_backend("barrier", [&] { return plugin_.table->barrier(backend_); });
+Status Communicator::barrier() { return call(Entry::kBarrier, "barrier", nullptr); }
+
+Status Communicator::check_allreduce(const hvd_collective_args& args) const {
+  return validate("allreduce", args, /*uses_op=*/true, /*uses_root=*/false);
+}
+Status Communicator::check_allgather(const hvd_collective_args& args) const {
+  return validate("allgather", args, /*uses_op=*/false, /*uses_root=*/false);
+}
+Status Communicator::check_broadcast(const hvd_collective_args& args) const {
+  return validate("broadcast", args, /*uses_op=*/false, /*uses_root=*/true);
 }
 
 }  // namespace hvd::core

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "comm/collectives.hpp"
 #include "comm/device_memory.hpp"
 #include "comm/host_services.hpp"
+#include "comm/runner.hpp"
+#include "comm/watchdog.hpp"
 #include "hvd/backend.h"
 #include "hvd/sdk/result.hpp"
 #include "loader/plugin_loader.hpp"
@@ -33,13 +36,23 @@ struct CommOptions {
   DeviceMemory* device_memory = nullptr;
 };
 
-class Communicator final : public Collectives {
+// Every backend call is bounded: by HVD_TIMEOUT plus kMargin, and by the end of the blocking
+// hvd_* call it serves (bound_calls_until). A call that overruns is aborted by the watchdog
+// (plugins with `abort`) or walked away from (plugins without: their calls run on a Runner). A
+// backend error, a timeout or an abort breaks the communicator for good: every later call fails
+// with the error that broke it, and finalize releases the backend without talking to peers.
+class Communicator final : public Collectives, private Watchdog::Watched {
  public:
+  using Clock = std::chrono::steady_clock;
+  // Past HVD_TIMEOUT, how long a backend call may run before the host aborts it: a plugin that
+  // honours timeout_ms returns first, with its own, more precise message.
+  static constexpr std::chrono::milliseconds kMargin{1000};
+
   // Discover the world, reach the rendezvous store, load the backend, check that every rank
   // chose the same one, and initialize it.
   static Result<std::unique_ptr<Communicator>> create(const CommOptions& options,
                                                       const EnvLookup& env);
-  ~Communicator() override;  // finalizes the backend
+  ~Communicator() override;  // finalize(), if it has not run
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
@@ -53,6 +66,21 @@ class Communicator final : public Collectives {
   int rank() const override { return world_.rank; }
   int size() const override { return world_.size; }
   Status barrier();
+  // The checks allreduce/allgather/broadcast make before calling the backend, alone.
+  Status check_allreduce(const hvd_collective_args& args) const;
+  Status check_allgather(const hvd_collective_args& args) const;
+  Status check_broadcast(const hvd_collective_args& args) const;
+
+  Status health() const override;
+  void abort(const Status& why) override;
+  // Releases the backend (with its peers while healthy; alone once broken) and reports the
+  // error that broke the communicator, if any. Bounded like any call; once. A call still in
+  // progress (walked away from, or on another thread) keeps what it uses: nothing is freed.
+  Status finalize();
+  // Until reset (nullopt), no backend call runs past `deadline`: the end of the blocking hvd_*
+  // call the caller serves. What it waits for is named in a timeout's message.
+  void bound_calls_until(std::optional<Clock::time_point> deadline, const char* serving);
+  std::chrono::milliseconds timeout() const { return timeout_; }
   // A collective that moves `bytes` (a multiple of 8) of host memory: hvd's own control records,
   // in a dtype the plugin takes.
   hvd_collective_args control_args(const void* send, void* recv, size_t bytes) const;
@@ -71,12 +99,23 @@ class Communicator final : public Collectives {
   // Make the backend's communicator over the world as it now stands, and release it.
   Status init_backend();
   Status finalize_backend();
+  enum class Entry { kAllreduce, kAllgather, kBroadcast, kBarrier };
+  // One bounded backend call (args NULL for a barrier).
+  Status call(Entry entry, const char* what, const hvd_collective_args* args);
+  // The same for a plugin without abort: on the runner, walked away from at the deadline.
+  Status call_on_runner(Entry entry, const char* what, const hvd_collective_args* args,
+                        Clock::time_point deadline);
+  // A failed call breaks the communicator: the status its callers get from now on.
+  Status broken_by(const char* what, hvd_status code, const std::string& message);
+  Status timed_out(const std::string& what) const;
+  void check(Clock::time_point now) override;  // the watchdog's
+  // Keep what a call still in progress may use: the backend's communicator, the host services
+  // and the store they read.
+  void leak_for_stuck_call();
   // `args` for a call that reduces nothing, with an op the plugin declared.
   hvd_collective_args without_reduction(const hvd_collective_args& args) const;
   Status validate(const char* what, const hvd_collective_args& args, bool uses_op,
                   bool uses_root) const;
-  template <typename Fn>
-  Status call_backend(const char* what, Fn&& fn);
   // Runs `run` on `a` moved to host memory: this rank's input (`in_bytes` of a.sendbuf) is
   // copied to `in_offset` of the staging buffer, and the result (its first `out_bytes`) back to
   // a.recvbuf.
@@ -93,8 +132,27 @@ class Communicator final : public Collectives {
   std::unique_ptr<TcpStoreServer> server_;  // when this rank hosts the rendezvous
   std::unique_ptr<KvStore> store_;
   std::unique_ptr<HostServices> services_;
-  hvd_backend_comm* backend_ = nullptr;
+  hvd_backend_comm* backend_ = nullptr;  // set and taken under abort_mutex_
   DeviceMemory* device_memory_ = nullptr;
+
+  // The call in progress, as the watchdog sees it, and what broke the communicator.
+  mutable std::mutex call_mutex_;
+  bool in_call_ = false;
+  bool call_abortable_ = false;  // init cannot be: the watchdog only reports it
+  std::string call_what_;
+  Clock::time_point call_deadline_;
+  bool overran_ = false;
+  std::optional<Clock::time_point> entry_deadline_;
+  const char* serving_ = "";
+  std::atomic<bool> broken_{false};
+  Status broken_status_;
+  bool watched_ = false;
+
+  std::mutex abort_mutex_;  // the plugin's abort and finalize never overlap
+  bool backend_aborted_ = false;
+  Runner runner_;                       // the calls of a plugin without abort, and finalize
+  std::atomic<bool> abandoned_{false};  // a call was walked away from
+  std::optional<Status> finalized_;
   std::vector<char> staging_;  // grows, never shrinks
 };
 

@@ -24,6 +24,41 @@ __attribute__((tls_model("initial-exec"))) thread_local bool t_call_errors_set =
 
 }  // namespace
 
+// The store as the plugin's waits see it: a long get is a series of short ones, so that an abort
+// ends it within a slice.
+class HostServices::Abortable final : public KvStore {
+ public:
+  explicit Abortable(const HostServices& services) : services_(services) {}
+  Status set(const std::string& key, const Bytes& value) override {
+    if (aborted()) return refused();
+    return services_.store_->set(key, value);
+  }
+  Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (aborted()) return refused();
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      const auto slice = std::clamp(left, std::chrono::milliseconds(0), kAbortSlice);
+      Result<Bytes> got = services_.store_->get(key, slice);
+      if (got.ok() || got.status().code() != HVD_ERR_TIMEOUT || slice == left) {
+        if (!got.ok() && got.status().code() == HVD_ERR_TIMEOUT) {
+          return error(HVD_ERR_TIMEOUT, "rendezvous key '" + key + "' was not published within " +
+                                            std::to_string(timeout.count()) + " ms");
+        }
+        return got;
+      }
+    }
+  }
+
+ private:
+  bool aborted() const { return services_.aborted_.load(std::memory_order_acquire); }
+  static Status refused() {
+    return error(HVD_ERR_STATE, "the communicator was aborted (its host services refuse)");
+  }
+  const HostServices& services_;
+};
+
 struct HostServices::Callbacks {
   static HostServices* of(void* ctx) { return static_cast<HostServices*>(ctx); }
 
@@ -42,7 +77,7 @@ struct HostServices::Callbacks {
     if (of(ctx)->store_ == nullptr) return no_store();
     try {
       const char* bytes = static_cast<const char*>(value);
-      const Status s = of(ctx)->store_->set(of(ctx)->prefix_ + key, Bytes(bytes, bytes + size));
+      const Status s = Abortable(*of(ctx)).set(of(ctx)->prefix_ + key, Bytes(bytes, bytes + size));
       return s.ok() ? HVD_SUCCESS : fail(s);
     } catch (const std::exception& e) {
       return fail(error(HVD_ERR_SYSTEM, e.what()));
@@ -54,7 +89,7 @@ struct HostServices::Callbacks {
     if (of(ctx)->store_ == nullptr) return no_store();
     try {
       Result<Bytes> got =
-          of(ctx)->store_->get(of(ctx)->prefix_ + key, std::chrono::milliseconds(timeout_ms));
+          Abortable(*of(ctx)).get(of(ctx)->prefix_ + key, std::chrono::milliseconds(timeout_ms));
       if (!got.ok()) return fail(got.status());
       *size = got->size();
       *value = std::malloc(std::max<size_t>(1, got->size()));
@@ -75,8 +110,9 @@ struct HostServices::Callbacks {
       HostServices* self = of(ctx);
       const std::string key = self->prefix_ + "oob/" + std::to_string(self->oob_calls_++);
       const char* bytes = static_cast<const char*>(send);
+      Abortable store(*self);
       Result<std::vector<Bytes>> all =
-          exchange(*self->store_, key, Bytes(bytes, bytes + size), self->world_,
+          exchange(store, key, Bytes(bytes, bytes + size), self->world_,
                    std::chrono::milliseconds(timeout_ms));
       if (!all.ok()) return fail(all.status().with_context("out-of-band allgather"));
       char* out = static_cast<char*>(recv);

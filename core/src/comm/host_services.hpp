@@ -5,6 +5,7 @@
 #define HVD_CORE_COMM_HOST_SERVICES_HPP
 
 #include <atomic>
+#include <chrono>
 #include <string>
 
 #include "bootstrap/env.hpp"
@@ -24,10 +25,18 @@ class HostServices {
   // Valid as long as this object.
   const hvd_host_services* table() const { return &table_; }
 
+  // From now on every wait of these services ends within a slice (kAbortSlice) with
+  // HVD_ERR_STATE, and later calls fail at once: the host aborted the communicator, and a plugin
+  // waiting in the store must not outlive that (any thread).
+  void abort() { aborted_.store(true, std::memory_order_release); }
+  static constexpr std::chrono::milliseconds kAbortSlice{50};
+
  private:
   struct Callbacks;
+  class Abortable;
 
   KvStore* store_;
+  std::atomic<bool> aborted_{false};
   std::string prefix_;
   World world_;
   std::atomic<uint64_t> oob_calls_{0};
