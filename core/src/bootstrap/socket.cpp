@@ -1,6 +1,7 @@
 #include "bootstrap/socket.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -222,33 +223,54 @@ Status send_all(int fd, const void* data, size_t size, Deadline deadline) {
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
     HVD_RETURN_IF_ERROR(wait_ready(fd, POLLOUT, deadline, "sending to the rendezvous peer"));
-    const ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return error(HVD_ERR_REMOTE,
-                   std::string("connection lost while sending: ") + std::strerror(errno));
-    }
+    HVD_ASSIGN_OR_RETURN(const size_t n, send_nonblocking(fd, p, size));
     p += n;
-    size -= static_cast<size_t>(n);
+    size -= n;
   }
   return Status::success();
+}
+
+Result<size_t> recv_some(int fd, void* data, size_t size, Deadline deadline) {
+  for (;;) {
+    HVD_RETURN_IF_ERROR(wait_ready(fd, POLLIN, deadline, "waiting for the rendezvous peer"));
+    const ssize_t n = ::recv(fd, data, size, MSG_DONTWAIT);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n == 0) return error(HVD_ERR_REMOTE, "connection closed by the peer");
+    if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+      return error(HVD_ERR_REMOTE,
+                   std::string("connection lost while receiving: ") + std::strerror(errno));
+    }
+  }
 }
 
 Status recv_all(int fd, void* data, size_t size, Deadline deadline) {
   char* p = static_cast<char*>(data);
   while (size > 0) {
-    HVD_RETURN_IF_ERROR(wait_ready(fd, POLLIN, deadline, "waiting for the rendezvous peer"));
-    const ssize_t n = ::recv(fd, p, size, 0);
-    if (n == 0) return error(HVD_ERR_REMOTE, "connection closed by the peer");
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return error(HVD_ERR_REMOTE,
-                   std::string("connection lost while receiving: ") + std::strerror(errno));
-    }
+    HVD_ASSIGN_OR_RETURN(const size_t n, recv_some(fd, p, size, deadline));
     p += n;
-    size -= static_cast<size_t>(n);
+    size -= n;
   }
   return Status::success();
+}
+
+Status set_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    return system_error("setting a socket non-blocking");
+  }
+  return Status::success();
+}
+
+Result<size_t> send_nonblocking(int fd, const void* data, size_t size) {
+  for (;;) {
+    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
+    if (errno != EINTR) {
+      return error(HVD_ERR_REMOTE,
+                   std::string("connection lost while sending: ") + std::strerror(errno));
+    }
+  }
 }
 
 }  // namespace hvd::core

@@ -66,8 +66,17 @@ std::string first_external_address();
 // 128 random bits as hex: a job's shared secret.
 std::string random_secret();
 
+// Every send here passes MSG_NOSIGNAL: a peer that went away is an error, never a SIGPIPE.
 Status send_all(int fd, const void* data, size_t size, Deadline deadline);
 Status recv_all(int fd, void* data, size_t size, Deadline deadline);
+// Wait (until the deadline) for bytes, then return what one recv gave: at least 1 and at most
+// `size`; the peer's close is an error.
+Result<size_t> recv_some(int fd, void* data, size_t size, Deadline deadline);
+
+// For event loops: O_NONBLOCK on `fd`, and one send that never waits (0 when the socket's buffer
+// is full; an error when the connection is gone).
+Status set_nonblocking(int fd);
+Result<size_t> send_nonblocking(int fd, const void* data, size_t size);
 
 }  // namespace hvd::core
 

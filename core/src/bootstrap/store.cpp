@@ -1,36 +1,75 @@
 #include "bootstrap/store.hpp"
 
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
 #include <cstring>
+#include <iterator>
+#include <list>
+#include <set>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+
+#include "common/log.hpp"
 
 namespace hvd::core {
 namespace {
 
-// Wire format: every message is a u32 length and a payload. Requests start with an opcode;
-// replies with a status byte followed by the value (success) or a message (error).
-enum class Op : uint8_t { kHello = 1, kSet = 2, kGet = 3 };
-constexpr uint32_t kMaxFrame = 1u << 30;
-constexpr auto kHandshakeTimeout = std::chrono::seconds(30);
+using std::chrono::milliseconds;
 
-void put_u32(Bytes& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+// A get parks for at most this long whatever it asks: deadlines must not overflow the clock.
+constexpr int64_t kMaxWaitMs = int64_t{30} * 24 * 3600 * 1000;
+
+std::string mib(uint64_t bytes) {
+  return bytes % (1u << 20) == 0 ? std::to_string(bytes >> 20) + " MiB"
+                                 : std::to_string(bytes) + " bytes";
 }
-void put_i64(Bytes& out, int64_t v) {
-  const auto u = static_cast<uint64_t>(v);
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
-}
-void put_bytes(Bytes& out, const char* data, size_t size) {
-  put_u32(out, static_cast<uint32_t>(size));
-  out.insert(out.end(), data, data + size);
-}
-void put_string(Bytes& out, const std::string& s) { put_bytes(out, s.data(), s.size()); }
+
+// Builds one frame: room for the length first, patched in by finish().
+class FrameWriter {
+ public:
+  explicit FrameWriter(size_t payload_hint) {
+    out_.reserve(4 + payload_hint);
+    out_.resize(4);
+  }
+  void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  void i64(int64_t v) {
+    const auto u = static_cast<uint64_t>(v);
+    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+  }
+  void raw(const char* data, size_t size) { out_.insert(out_.end(), data, data + size); }
+  void bytes(const char* data, size_t size) {
+    u32(static_cast<uint32_t>(size));
+    raw(data, size);
+  }
+  Bytes finish() {
+    const auto size = static_cast<uint32_t>(out_.size() - 4);
+    for (int i = 0; i < 4; ++i) out_[i] = static_cast<char>((size >> (8 * i)) & 0xff);
+    return std::move(out_);
+  }
+
+ private:
+  Bytes out_;
+};
 
 // Bounds-checked reading of a received payload.
-class Reader {
+class Cursor {
  public:
-  explicit Reader(const Bytes& data) : data_(data) {}
+  explicit Cursor(const Bytes& data) : data_(data) {}
+  size_t pos() const { return pos_; }
+  size_t left() const { return data_.size() - pos_; }
   bool u8(uint8_t* v) {
     if (left() < 1) return false;
     *v = static_cast<uint8_t>(data_[pos_++]);
@@ -49,61 +88,18 @@ class Reader {
     *v = static_cast<int64_t>(u);
     return true;
   }
-  bool bytes(Bytes* v) {
+  bool string(std::string* v) {
     uint32_t size = 0;
     if (!u32(&size) || left() < size) return false;
-    v->assign(data_.begin() + static_cast<std::ptrdiff_t>(pos_),
-              data_.begin() + static_cast<std::ptrdiff_t>(pos_ + size));
+    v->assign(data_.data() + pos_, size);
     pos_ += size;
     return true;
   }
-  bool string(std::string* v) {
-    Bytes b;
-    if (!bytes(&b)) return false;
-    v->assign(b.begin(), b.end());
-    return true;
-  }
-  Bytes rest() const {
-    return Bytes(data_.begin() + static_cast<std::ptrdiff_t>(pos_), data_.end());
-  }
 
  private:
-  size_t left() const { return data_.size() - pos_; }
   const Bytes& data_;
   size_t pos_ = 0;
 };
-
-Status send_frame(int fd, const Bytes& payload, Deadline deadline) {
-  Bytes frame;
-  frame.reserve(payload.size() + 4);
-  put_u32(frame, static_cast<uint32_t>(payload.size()));
-  frame.insert(frame.end(), payload.begin(), payload.end());
-  return send_all(fd, frame.data(), frame.size(), deadline);
-}
-
-Result<Bytes> recv_frame(int fd, Deadline deadline) {
-  unsigned char header[4];
-  HVD_RETURN_IF_ERROR(recv_all(fd, header, sizeof header, deadline));
-  const uint32_t size = uint32_t(header[0]) | uint32_t(header[1]) << 8 | uint32_t(header[2]) << 16 |
-                        uint32_t(header[3]) << 24;
-  if (size > kMaxFrame) {
-    return error(HVD_ERR_REMOTE, "rendezvous message of " + std::to_string(size) +
-                                     " bytes exceeds the limit; is this an hvd peer?");
-  }
-  Bytes payload(size);
-  HVD_RETURN_IF_ERROR(recv_all(fd, payload.data(), size, deadline));
-  return payload;
-}
-
-Bytes reply(hvd_status code, const Bytes& body) {
-  Bytes out(1 + body.size());
-  out[0] = static_cast<char>(code);
-  if (!body.empty()) std::memcpy(out.data() + 1, body.data(), body.size());
-  return out;
-}
-Bytes reply_error(const Status& status) {
-  return reply(status.code(), Bytes(status.message().begin(), status.message().end()));
-}
 
 bool equal_constant_time(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
@@ -113,7 +109,148 @@ bool equal_constant_time(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+Bytes encode_error(const Status& status) {
+  return encode_reply(status.code(), status.message().data(), status.message().size());
+}
+
+// A reason to a connection about to be closed, and the end of the stream: one attempt, never a
+// wait (it is a few bytes, and a fresh socket's buffer takes them).
+void tell(int fd, const Status& status) {
+  const Bytes frame = encode_error(status);
+  (void)send_nonblocking(fd, frame.data(), frame.size());
+  ::shutdown(fd, SHUT_WR);
+}
+
+// Closing a socket with unread input makes the kernel reset the connection, and the reset can
+// destroy a reason before the peer reads it (a newcomer's hello is often unread when it is turned
+// away). A refused connection therefore lingers, its input discarded, until the peer closes or
+// this long has passed; at most kMaxLingering at once, beyond which they close at once.
+constexpr auto kLinger = std::chrono::seconds(1);
+constexpr size_t kMaxLingering = 64;
+
+// The words InMemoryStore uses too.
+Status not_published(const std::string& key, int64_t timeout_ms) {
+  return error(HVD_ERR_TIMEOUT, "rendezvous key '" + key + "' was not published within " +
+                                    std::to_string(timeout_ms) + " ms");
+}
+
+Status auth_failed() {
+  return error(HVD_ERR_INVALID_ARGUMENT,
+               "authentication failed: the connection did not present this job's secret "
+               "(HVD_SECRET)");
+}
+
 }  // namespace
+
+// ---- Wire protocol --------------------------------------------------------------------------
+
+Bytes encode_hello(const std::string& secret) {
+  FrameWriter w(5 + secret.size());
+  w.u8(static_cast<uint8_t>(StoreOp::kHello));
+  w.bytes(secret.data(), secret.size());
+  return w.finish();
+}
+
+Bytes encode_set(const std::string& key, const char* value, size_t size) {
+  FrameWriter w(9 + key.size() + size);
+  w.u8(static_cast<uint8_t>(StoreOp::kSet));
+  w.bytes(key.data(), key.size());
+  w.bytes(value, size);
+  return w.finish();
+}
+
+Bytes encode_get(const std::string& key, int64_t timeout_ms) {
+  FrameWriter w(13 + key.size());
+  w.u8(static_cast<uint8_t>(StoreOp::kGet));
+  w.bytes(key.data(), key.size());
+  w.i64(timeout_ms);
+  return w.finish();
+}
+
+Bytes encode_reply(hvd_status code, const char* body, size_t size) {
+  FrameWriter w(1 + size);
+  w.u8(static_cast<uint8_t>(code));
+  if (size > 0) w.raw(body, size);
+  return w.finish();
+}
+
+Result<StoreRequest> parse_store_request(Bytes payload) {
+  Cursor in(payload);
+  uint8_t op = 0;
+  StoreRequest request;
+  auto malformed = [&](const char* what) {
+    return error(HVD_ERR_INVALID_ARGUMENT,
+                 std::string("malformed rendezvous request (") + what + "); is this an hvd peer?");
+  };
+  if (!in.u8(&op)) return malformed("empty");
+  switch (static_cast<StoreOp>(op)) {
+    case StoreOp::kHello:
+      if (!in.string(&request.key) || in.left() != 0) return malformed("hello");
+      break;
+    case StoreOp::kGet:
+      if (!in.string(&request.key) || !in.i64(&request.timeout_ms) || in.left() != 0) {
+        return malformed("get");
+      }
+      break;
+    case StoreOp::kSet: {
+      uint32_t size = 0;
+      if (!in.string(&request.key) || !in.u32(&size) || in.left() != size) return malformed("set");
+      // The value is the payload's tail: move it down rather than copy a value of many MiB.
+      payload.erase(payload.begin(), payload.begin() + static_cast<std::ptrdiff_t>(in.pos()));
+      request.value = std::move(payload);
+      break;
+    }
+    default:
+      return malformed(("opcode " + std::to_string(op)).c_str());
+  }
+  request.op = static_cast<StoreOp>(op);
+  return request;
+}
+
+size_t FrameDecoder::wanted() const {
+  if (failed_) return 0;
+  if (header_have_ < 4) return 4 - header_have_;
+  return size_ - payload_.size();
+}
+
+Result<size_t> FrameDecoder::feed(const char* data, size_t size) {
+  if (failed_) {
+    return error(HVD_ERR_INVALID_ARGUMENT, "the rendezvous stream failed earlier");
+  }
+  if (complete()) return size_t{0};
+  size_t taken = 0;
+  if (header_have_ < 4) {
+    taken = std::min(size, 4 - header_have_);
+    std::memcpy(header_ + header_have_, data, taken);
+    header_have_ += taken;
+    if (header_have_ < 4) return taken;
+    size_ = uint32_t(header_[0]) | uint32_t(header_[1]) << 8 | uint32_t(header_[2]) << 16 |
+            uint32_t(header_[3]) << 24;
+    if (size_ > max_frame_) {
+      failed_ = true;
+      return error(HVD_ERR_INVALID_ARGUMENT, "a rendezvous message of " + std::to_string(size_) +
+                                                 " bytes is over the limit of " + mib(max_frame_));
+    }
+  }
+  const size_t n = std::min(size - taken, size_t{size_} - payload_.size());
+  if (n == 0) return taken;
+  // Grow with what arrived, at most doubling: the buffer stays within twice the bytes received
+  // and within the announced size.
+  const size_t need = payload_.size() + n;
+  if (need > payload_.capacity()) {
+    payload_.reserve(std::min<size_t>(size_, std::max(need, 2 * payload_.size())));
+  }
+  payload_.insert(payload_.end(), data + taken, data + taken + n);
+  return taken + n;
+}
+
+Bytes FrameDecoder::take() {
+  Bytes out = std::move(payload_);
+  payload_ = Bytes();
+  header_have_ = 0;
+  size_ = 0;
+  return out;
+}
 
 // ---- InMemoryStore ------------------------------------------------------------------------
 
@@ -133,8 +270,7 @@ Result<Bytes> InMemoryStore::get(const std::string& key, std::chrono::millisecon
       changed_.wait_for(lock, timeout, [&] { return closed_ || values_.count(key) != 0; });
   if (closed_) return error(HVD_ERR_STATE, "the rendezvous store is shutting down");
   if (!present) {
-    return error(HVD_ERR_TIMEOUT, "rendezvous key '" + key + "' was not published within " +
-                                      std::to_string(timeout.count()) + " ms");
+    return not_published(key, timeout.count());
   }
   return values_[key];
 }
@@ -147,113 +283,691 @@ void InMemoryStore::close() {
   changed_.notify_all();
 }
 
+// ---- TcpStoreServer: the event loop --------------------------------------------------------
+//
+// One thread serves every connection: non-blocking sockets on epoll, each connection a small
+// state machine (its frame decoder, its unsent reply, the key it waits for). A get for a key not
+// yet published parks the connection under that key with a deadline; a set answers every
+// connection parked on its key; the deadline answers HVD_ERR_TIMEOUT. A connection is read only
+// while it has no reply pending and waits for nothing, so a client that pipelines requests or
+// never reads its replies holds at most one reply in the server.
+
+class TcpStoreServer::Loop {
+ public:
+  Loop(Fd listener, Fd epoll, Fd wake, std::string secret, TcpStoreLimits limits, std::string name)
+      : listener_(std::move(listener)),
+        epoll_(std::move(epoll)),
+        wake_(std::move(wake)),
+        reserve_(::open("/dev/null", O_RDONLY | O_CLOEXEC)),
+        secret_(std::move(secret)),
+        limits_(limits),
+        name_(std::move(name)),
+        scratch_(size_t{256} << 10) {}
+
+  void run();
+  // Any thread: ask run() to return.
+  void stop() {
+    stopping_.store(true);
+    const uint64_t one = 1;
+    (void)!::write(wake_.get(), &one, sizeof one);
+  }
+  TcpStoreStats stats() const;
+
+  static constexpr uint64_t kListenerId = 0;
+  static constexpr uint64_t kWakeId = 1;
+
+ private:
+  enum class Timer { kNone, kAuth, kWait, kWrite, kLinger };
+  struct Connection {
+    uint64_t id = 0;
+    Fd fd;
+    bool authenticated = false;
+    bool lingering = false;  // refused: told why, input discarded until the peer closes
+    FrameDecoder decoder{kStoreMaxHelloFrame};
+    Bytes out;  // the reply being sent
+    size_t out_sent = 0;
+    bool parked = false;  // a get waits for `waiting_for`
+    std::string waiting_for;
+    int64_t wait_ms = 0;  // what the get asked for, for its timeout message
+    Timer timer = Timer::kNone;
+    Deadline deadline = Deadline::max();
+    bool listed = false;  // in unauthenticated_: a newcomer, first to go when room is needed
+    std::list<uint64_t>::iterator unauthenticated;
+    uint32_t events = 0;  // what epoll watches for
+  };
+
+  struct Counter {
+    std::atomic<uint64_t> value{0};
+    uint64_t reported = 0;  // at the last log line (loop thread only)
+  };
+
+  bool wants_read(const Connection& c) const { return c.lingering || (!c.parked && c.out.empty()); }
+  Connection* find(uint64_t id) {
+    const auto it = connections_.find(id);
+    return it == connections_.end() ? nullptr : it->second.get();
+  }
+
+  void accept_pending();
+  bool refuse_with_reserve();
+  void admit(Fd fd);
+  Connection* add(Fd fd);
+  void turn_away(Fd fd, const Status& why);
+  void on_event(uint64_t id, uint32_t events);
+  bool read(Connection& c);
+  bool handle(Connection& c, Bytes payload);
+  bool reply(Connection& c, Bytes frame);
+  bool flush(Connection& c);
+  void park(Connection& c, const std::string& key, Deadline deadline);
+  void unpark(Connection& c);
+  void wake(const std::string& key, const Bytes& value);
+  void refuse(Connection& c, const Status& why);
+  bool evict_unauthenticated(bool authentication_will_do);
+  void unlist(Connection& c);
+  void close(Connection& c);
+  void arm(Connection& c, Timer timer, Deadline deadline);
+  void watch(Connection& c);
+  void expire(Deadline now);
+  void pause_accepting(Deadline until);
+  int wait_ms(Deadline now) const;
+  void note(Counter& counter) {
+    counter.value.fetch_add(1, std::memory_order_relaxed);
+    log_pending_ = true;
+  }
+  void report(Deadline now);
+  void shut_down();
+
+  Fd listener_;
+  Fd epoll_;
+  Fd wake_;
+  Fd reserve_;  // a spare descriptor, given up to turn a connection away when there is none
+  const std::string secret_;
+  const TcpStoreLimits limits_;
+  const std::string name_;
+  std::atomic<bool> stopping_{false};
+
+  Bytes scratch_;  // every read lands here first
+  uint64_t next_id_ = kWakeId + 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
+  std::list<uint64_t> unauthenticated_;  // oldest first
+  size_t lingering_ = 0;
+  std::set<std::pair<Deadline, uint64_t>> timers_;  // one per connection at most
+  std::unordered_map<std::string, Bytes> values_;
+  std::unordered_map<std::string, std::vector<uint64_t>> waiters_;
+  Deadline accept_paused_until_ = Deadline::min();
+
+  Counter accepted_, authenticated_, wrong_secret_, bad_frame_, evicted_, auth_timeouts_,
+      over_capacity_, fd_exhausted_, write_timeouts_;
+  std::atomic<uint64_t> open_{0}, unauthenticated_count_{0};
+  bool log_pending_ = false;
+  Deadline next_log_ = Deadline::min();
+};
+
+TcpStoreStats TcpStoreServer::Loop::stats() const {
+  TcpStoreStats s;
+  s.accepted = accepted_.value.load();
+  s.authenticated = authenticated_.value.load();
+  s.wrong_secret = wrong_secret_.value.load();
+  s.bad_frame = bad_frame_.value.load();
+  s.evicted = evicted_.value.load();
+  s.auth_timeouts = auth_timeouts_.value.load();
+  s.over_capacity = over_capacity_.value.load();
+  s.fd_exhausted = fd_exhausted_.value.load();
+  s.write_timeouts = write_timeouts_.value.load();
+  s.open = open_.load();
+  s.unauthenticated = unauthenticated_count_.load();
+  return s;
+}
+
+void TcpStoreServer::Loop::run() {
+  epoll_event events[64];
+  while (!stopping_.load()) {
+    const int n = ::epoll_wait(epoll_.get(), events, 64, wait_ms(Clock::now()));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      log(HVD_LOG_ERROR, "rendezvous store " + name_ + ": epoll_wait: " + std::strerror(errno));
+      break;
+    }
+    for (int i = 0; i < n && !stopping_.load(); ++i) {
+      const uint64_t id = events[i].data.u64;
+      if (id == kWakeId) continue;  // stopping_ says why
+      if (id == kListenerId) {
+        accept_pending();
+      } else {
+        on_event(id, events[i].events);
+      }
+    }
+    const Deadline now = Clock::now();
+    expire(now);
+    if (accept_paused_until_ != Deadline::min() && now >= accept_paused_until_) {
+      accept_paused_until_ = Deadline::min();
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kListenerId;
+      ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listener_.get(), &ev);
+    }
+    report(now);
+  }
+  shut_down();
+}
+
+int TcpStoreServer::Loop::wait_ms(Deadline now) const {
+  Deadline next = Deadline::max();
+  if (!timers_.empty()) next = timers_.begin()->first;
+  if (accept_paused_until_ != Deadline::min()) next = std::min(next, accept_paused_until_);
+  if (log_pending_) next = std::min(next, next_log_);
+  if (next == Deadline::max()) return -1;
+  if (next <= now) return 0;
+  // Round up: waking a little early would only spin until the deadline.
+  const auto left = std::chrono::ceil<milliseconds>(next - now).count();
+  return static_cast<int>(std::min<int64_t>(left, INT_MAX));
+}
+
+void TcpStoreServer::Loop::accept_pending() {
+  // A bounded batch, so that a flood of connections cannot starve the established ones.
+  for (int i = 0; i < 64; ++i) {
+    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      admit(Fd(fd));
+      continue;
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      // The pending connection stays in the backlog and keeps the listener readable: free a
+      // descriptor for it, or turn it away, or stop watching for a while, but never spin.
+      note(fd_exhausted_);
+      if (evict_unauthenticated(/*authentication_will_do=*/false)) continue;
+      if (refuse_with_reserve()) continue;
+      pause_accepting(Clock::now() + milliseconds(100));
+      return;
+    }
+    log(HVD_LOG_ERROR, "rendezvous store " + name_ + ": accept: " + std::strerror(errno));
+    pause_accepting(Clock::now() + milliseconds(100));
+    return;
+  }
+}
+
+bool TcpStoreServer::Loop::refuse_with_reserve() {
+  if (!reserve_.valid()) return false;
+  reserve_.reset();
+  const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) {
+    reserve_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    return false;
+  }
+  accepted_.value.fetch_add(1, std::memory_order_relaxed);
+  note(over_capacity_);
+  // It lingers in the reserve's place; close() takes the reserve back after it.
+  turn_away(Fd(fd), error(HVD_ERR_SYSTEM, "the rendezvous store has no file descriptor left"));
+  return true;
+}
+
+void TcpStoreServer::Loop::pause_accepting(Deadline until) {
+  accept_paused_until_ = until;
+  epoll_event ev{};
+  ev.data.u64 = kListenerId;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listener_.get(), &ev);
+}
+
+void TcpStoreServer::Loop::admit(Fd fd) {
+  accepted_.value.fetch_add(1, std::memory_order_relaxed);
+  if (connections_.size() - lingering_ >= limits_.max_connections &&
+      !evict_unauthenticated(/*authentication_will_do=*/false)) {
+    note(over_capacity_);
+    turn_away(std::move(fd), error(HVD_ERR_STATE, "the rendezvous store has its limit of " +
+                                                      std::to_string(limits_.max_connections) +
+                                                      " connections open"));
+    return;
+  }
+  if (unauthenticated_.size() >= limits_.max_unauthenticated) {
+    (void)evict_unauthenticated(/*authentication_will_do=*/true);
+  }
+  Connection* c = add(std::move(fd));
+  if (c == nullptr) return;
+  c->unauthenticated = unauthenticated_.insert(unauthenticated_.end(), c->id);
+  c->listed = true;
+  unauthenticated_count_.store(unauthenticated_.size());
+  arm(*c, Timer::kAuth, Clock::now() + limits_.auth_timeout);
+}
+
+TcpStoreServer::Loop::Connection* TcpStoreServer::Loop::add(Fd fd) {
+  const int one = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  auto c = std::make_unique<Connection>();
+  c->id = next_id_++;
+  c->fd = std::move(fd);
+  c->events = EPOLLIN | EPOLLRDHUP;
+  epoll_event ev{};
+  ev.events = c->events;
+  ev.data.u64 = c->id;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->fd.get(), &ev) != 0) {
+    log(HVD_LOG_ERROR, "rendezvous store " + name_ + ": epoll_ctl: " + std::strerror(errno));
+    return nullptr;
+  }
+  Connection* added = c.get();
+  connections_.emplace(added->id, std::move(c));
+  open_.store(connections_.size());
+  return added;
+}
+
+void TcpStoreServer::Loop::turn_away(Fd fd, const Status& why) {
+  tell(fd.get(), why);
+  if (lingering_ >= kMaxLingering) return;  // closes now, reason or not
+  Connection* c = add(std::move(fd));
+  if (c == nullptr) return;
+  c->lingering = true;
+  ++lingering_;
+  arm(*c, Timer::kLinger, Clock::now() + kLinger);
+}
+
+void TcpStoreServer::Loop::on_event(uint64_t id, uint32_t events) {
+  Connection* c = find(id);
+  if (c == nullptr) return;  // closed earlier in this batch
+  if ((events & (EPOLLERR | EPOLLHUP)) != 0) {
+    close(*c);
+    return;
+  }
+  if ((events & EPOLLOUT) != 0 && !flush(*c)) return;
+  if ((events & EPOLLIN) != 0 && wants_read(*c)) {
+    read(*c);
+  } else if ((events & EPOLLRDHUP) != 0 && !wants_read(*c)) {
+    // The client hung up while it waited for a key or its reply: nobody is left to answer.
+    close(*c);
+  }
+}
+
+bool TcpStoreServer::Loop::read(Connection& c) {
+  // A bounded number of reads per event keeps one busy connection from starving the others.
+  for (int round = 0; round < 16 && wants_read(c); ++round) {
+    if (c.lingering) {
+      const ssize_t n = ::recv(c.fd.get(), scratch_.data(), scratch_.size(), 0);
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      close(c);  // the peer has read the reason and closed, or is gone
+      return false;
+    }
+    // Never past the frame in progress: what is read is always the decoder's to keep.
+    const size_t want = std::min(scratch_.size(), c.decoder.wanted());
+    const ssize_t n = ::recv(c.fd.get(), scratch_.data(), want, 0);
+    if (n == 0) {
+      close(c);
+      return false;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      close(c);
+      return false;
+    }
+    Result<size_t> took = c.decoder.feed(scratch_.data(), static_cast<size_t>(n));
+    if (!took.ok()) {
+      note(bad_frame_);
+      refuse(c, took.status().with_context(c.authenticated ? "refused"
+                                                           : "refused before authentication"));
+      return false;
+    }
+    if (c.decoder.complete() && !handle(c, c.decoder.take())) return false;
+  }
+  watch(c);
+  return true;
+}
+
+bool TcpStoreServer::Loop::handle(Connection& c, Bytes payload) {
+  Result<StoreRequest> parsed = parse_store_request(std::move(payload));
+  if (!c.authenticated) {
+    if (!parsed.ok() || parsed->op != StoreOp::kHello ||
+        !equal_constant_time(parsed->key, secret_)) {
+      note(wrong_secret_);
+      refuse(c, auth_failed());
+      return false;
+    }
+    c.authenticated = true;
+    unlist(c);
+    authenticated_.value.fetch_add(1, std::memory_order_relaxed);
+    c.decoder.set_max_frame(kStoreMaxFrame);
+    arm(c, Timer::kNone, Deadline::max());
+    return reply(c, encode_reply(HVD_SUCCESS, nullptr, 0));
+  }
+  if (!parsed.ok() || parsed->op == StoreOp::kHello) {
+    note(bad_frame_);
+    refuse(c, parsed.ok() ? error(HVD_ERR_INVALID_ARGUMENT, "a second hello on one connection")
+                          : parsed.status());
+    return false;
+  }
+  StoreRequest& request = parsed.value();
+  if (request.op == StoreOp::kSet) {
+    auto& slot = values_[request.key];
+    slot = std::move(request.value);
+    if (!reply(c, encode_reply(HVD_SUCCESS, nullptr, 0))) return false;
+    wake(request.key, slot);
+    return true;
+  }
+  const auto it = values_.find(request.key);
+  if (it != values_.end()) {
+    return reply(c, encode_reply(HVD_SUCCESS, it->second.data(), it->second.size()));
+  }
+  const int64_t timeout_ms = std::clamp<int64_t>(request.timeout_ms, 0, kMaxWaitMs);
+  if (timeout_ms == 0) return reply(c, encode_error(not_published(request.key, 0)));
+  c.wait_ms = timeout_ms;
+  park(c, request.key, Clock::now() + milliseconds(timeout_ms));
+  return true;
+}
+
+bool TcpStoreServer::Loop::reply(Connection& c, Bytes frame) {
+  if (c.out.empty()) {
+    c.out = std::move(frame);
+    c.out_sent = 0;
+  } else {
+    c.out.insert(c.out.end(), frame.begin(), frame.end());
+  }
+  return flush(c);
+}
+
+bool TcpStoreServer::Loop::flush(Connection& c) {
+  while (c.out_sent < c.out.size()) {
+    Result<size_t> sent =
+        send_nonblocking(c.fd.get(), c.out.data() + c.out_sent, c.out.size() - c.out_sent);
+    if (!sent.ok()) {
+      close(c);
+      return false;
+    }
+    if (*sent == 0) {  // the socket's buffer is full: EPOLLOUT says when to go on
+      if (c.timer == Timer::kNone) arm(c, Timer::kWrite, Clock::now() + limits_.write_timeout);
+      watch(c);
+      return true;
+    }
+    c.out_sent += *sent;
+  }
+  // A large value's reply is gone: give its memory back rather than keep it per connection.
+  if (c.out.capacity() > scratch_.size()) {
+    Bytes().swap(c.out);
+  } else {
+    c.out.clear();
+  }
+  c.out_sent = 0;
+  if (c.timer == Timer::kWrite) arm(c, Timer::kNone, Deadline::max());
+  watch(c);
+  return true;
+}
+
+void TcpStoreServer::Loop::park(Connection& c, const std::string& key, Deadline deadline) {
+  c.parked = true;
+  c.waiting_for = key;
+  waiters_[key].push_back(c.id);
+  arm(c, Timer::kWait, deadline);
+  watch(c);
+}
+
+void TcpStoreServer::Loop::unpark(Connection& c) {
+  const auto it = waiters_.find(c.waiting_for);
+  if (it != waiters_.end()) {
+    auto& ids = it->second;
+    ids.erase(std::remove(ids.begin(), ids.end(), c.id), ids.end());
+    if (ids.empty()) waiters_.erase(it);
+  }
+  c.parked = false;
+  c.waiting_for.clear();
+  if (c.timer == Timer::kWait) arm(c, Timer::kNone, Deadline::max());
+}
+
+void TcpStoreServer::Loop::wake(const std::string& key, const Bytes& value) {
+  const auto it = waiters_.find(key);
+  if (it == waiters_.end()) return;
+  const std::vector<uint64_t> ids = std::move(it->second);
+  waiters_.erase(it);
+  for (uint64_t id : ids) {
+    Connection* c = find(id);
+    if (c == nullptr) continue;
+    c->parked = false;
+    c->waiting_for.clear();
+    arm(*c, Timer::kNone, Deadline::max());
+    (void)reply(*c, encode_reply(HVD_SUCCESS, value.data(), value.size()));
+  }
+}
+
+void TcpStoreServer::Loop::refuse(Connection& c, const Status& why) {
+  tell(c.fd.get(), why);
+  if (lingering_ >= kMaxLingering) {
+    close(c);
+    return;
+  }
+  unlist(c);  // it is no newcomer to evict now
+  if (c.parked) unpark(c);
+  c.lingering = true;
+  ++lingering_;
+  arm(c, Timer::kLinger, Clock::now() + kLinger);
+  watch(c);
+}
+
+// Room for a newcomer: close the oldest connection that has not authenticated. Each candidate gets
+// a last read first, since its hello may be there unread (in a flood, accepts run ahead of the
+// reads): a rank that spoke in time is never the one dropped. Its authentication is room enough
+// for the cap on unauthenticated connections, not for a descriptor or a connection slot. False
+// when there is nobody left to close.
+bool TcpStoreServer::Loop::evict_unauthenticated(bool authentication_will_do) {
+  constexpr int kLastReads = 4;  // bounds the work one newcomer can cause
+  for (int tries = 0; !unauthenticated_.empty(); ++tries) {
+    const uint64_t id = unauthenticated_.front();
+    Connection* c = find(id);
+    if (c == nullptr) {  // cannot happen: close() unlists; never loop on it all the same
+      unauthenticated_.pop_front();
+      continue;
+    }
+    if (tries < kLastReads) {
+      read(*c);
+      c = find(id);
+      if (c == nullptr) return true;  // it had hung up: its room is free
+      if (!c->listed) {               // authenticated (or refused, and lingering)
+        if (authentication_will_do) return true;
+        continue;
+      }
+    }
+    note(evicted_);
+    // Closed without a reason: a rank dropped in a flood takes that as its cue to reconnect.
+    close(*c);
+    return true;
+  }
+  return false;
+}
+
+void TcpStoreServer::Loop::unlist(Connection& c) {
+  if (!c.listed) return;
+  unauthenticated_.erase(c.unauthenticated);
+  c.listed = false;
+  unauthenticated_count_.store(unauthenticated_.size());
+}
+
+void TcpStoreServer::Loop::close(Connection& c) {
+  unlist(c);
+  if (c.lingering) --lingering_;
+  if (c.parked) unpark(c);
+  arm(c, Timer::kNone, Deadline::max());
+  connections_.erase(c.id);  // closes the socket, which leaves the epoll set with it
+  open_.store(connections_.size());
+  // A descriptor is free now: take the reserve back if it was spent.
+  if (!reserve_.valid()) reserve_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+}
+
+void TcpStoreServer::Loop::arm(Connection& c, Timer timer, Deadline deadline) {
+  if (c.deadline != Deadline::max()) timers_.erase({c.deadline, c.id});
+  c.timer = timer;
+  c.deadline = timer == Timer::kNone ? Deadline::max() : deadline;
+  if (c.deadline != Deadline::max()) timers_.emplace(c.deadline, c.id);
+}
+
+void TcpStoreServer::Loop::watch(Connection& c) {
+  uint32_t events = EPOLLRDHUP;
+  if (wants_read(c)) events |= EPOLLIN;
+  if (c.out_sent < c.out.size()) events |= EPOLLOUT;
+  if (events == c.events) return;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = c.id;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) == 0) c.events = events;
+}
+
+void TcpStoreServer::Loop::expire(Deadline now) {
+  while (!timers_.empty() && timers_.begin()->first <= now) {
+    Connection* c = find(timers_.begin()->second);
+    if (c == nullptr) {  // cannot happen: close() disarms; never spin on it all the same
+      timers_.erase(timers_.begin());
+      continue;
+    }
+    switch (c->timer) {
+      case Timer::kAuth:
+        note(auth_timeouts_);
+        refuse(*c, error(HVD_ERR_TIMEOUT, "authentication timed out: no hello within " +
+                                              std::to_string(limits_.auth_timeout.count()) +
+                                              " ms of connecting"));
+        break;
+      case Timer::kWrite:
+        note(write_timeouts_);
+        close(*c);
+        break;
+      case Timer::kLinger:
+        close(*c);
+        break;
+      case Timer::kWait: {
+        const Status timed_out = not_published(c->waiting_for, c->wait_ms);
+        unpark(*c);
+        (void)reply(*c, encode_error(timed_out));
+        break;
+      }
+      case Timer::kNone:
+        timers_.erase(timers_.begin());
+        break;
+    }
+  }
+}
+
+void TcpStoreServer::Loop::report(Deadline now) {
+  if (!log_pending_ || (now < next_log_ && !stopping_.load())) return;
+  struct Line {
+    Counter* counter;
+    const char* what;
+  };
+  const Line lines[] = {{&wrong_secret_, "without this job's secret"},
+                        {&bad_frame_, "with an oversized or malformed message"},
+                        {&auth_timeouts_, "silent past the authentication deadline"},
+                        {&evicted_, "evicted unauthenticated for newer connections"},
+                        {&over_capacity_, "turned away at the connection limit"},
+                        {&write_timeouts_, "not reading their replies"},
+                        {&fd_exhausted_, "accept calls that found no file descriptor"}};
+  std::string text;
+  for (const Line& line : lines) {
+    const uint64_t value = line.counter->value.load(std::memory_order_relaxed);
+    if (value == line.counter->reported) continue;
+    text += (text.empty() ? "" : ", ") + std::to_string(value - line.counter->reported) + " " +
+            line.what;
+    line.counter->reported = value;
+  }
+  if (!text.empty()) {
+    log(HVD_LOG_WARNING,
+        "rendezvous store " + name_ + " closed connections: " + text +
+            " (at most one such "
+            "report every 10 s; its peers are not this job's ranks, or this job is misconfigured)");
+  }
+  log_pending_ = false;
+  next_log_ = now + std::chrono::seconds(10);
+}
+
+void TcpStoreServer::Loop::shut_down() {
+  report(Clock::now());  // what the rate limit held back
+  for (auto& [id, c] : connections_) {
+    if (c->parked) tell(c->fd.get(), error(HVD_ERR_STATE, "the rendezvous store is shutting down"));
+  }
+  connections_.clear();
+  unauthenticated_.clear();
+  timers_.clear();
+  waiters_.clear();
+  open_.store(0);
+  unauthenticated_count_.store(0);
+}
+
 // ---- TcpStoreServer -----------------------------------------------------------------------
 
 Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const HostPort& where,
-                                                              std::string secret) {
+                                                              std::string secret,
+                                                              const TcpStoreLimits& limits) {
+  if (secret.size() > kStoreMaxSecret) {
+    return error(HVD_ERR_INVALID_ARGUMENT, "the job's secret (HVD_SECRET) has " +
+                                               std::to_string(secret.size()) +
+                                               " bytes; the rendezvous store takes at most " +
+                                               std::to_string(kStoreMaxSecret));
+  }
+  if (limits.max_connections == 0 || limits.max_unauthenticated == 0) {
+    return error(HVD_ERR_INVALID_ARGUMENT, "the rendezvous store needs room for a connection");
+  }
   HostPort bound;
   HVD_ASSIGN_OR_RETURN(Fd listener, listen_tcp(where, &bound));
   if (!where.host.empty() && where.host != "0.0.0.0" && where.host != "::") bound.host = where.host;
-  std::unique_ptr<TcpStoreServer> server(
-      new TcpStoreServer(std::move(listener), bound, std::move(secret)));
-  server->acceptor_ = std::thread([s = server.get()] { s->accept_loop(); });
+  HVD_RETURN_IF_ERROR(set_nonblocking(listener.get()));
+  Fd epoll(::epoll_create1(EPOLL_CLOEXEC));
+  Fd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!epoll.valid() || !wake.valid()) {
+    return error(HVD_ERR_SYSTEM,
+                 std::string("rendezvous store: epoll or eventfd: ") + std::strerror(errno));
+  }
+  for (auto [fd, id] :
+       {std::pair{listener.get(), Loop::kListenerId}, std::pair{wake.get(), Loop::kWakeId}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = id;
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      return error(HVD_ERR_SYSTEM,
+                   std::string("rendezvous store: epoll_ctl: ") + std::strerror(errno));
+    }
+  }
+  auto loop = std::make_unique<Loop>(std::move(listener), std::move(epoll), std::move(wake),
+                                     std::move(secret), limits, bound.to_string());
+  std::unique_ptr<TcpStoreServer> server(new TcpStoreServer(std::move(loop), bound));
+  try {
+    server->thread_ = std::thread([l = server->loop_.get()] { l->run(); });
+  } catch (const std::system_error& e) {
+    return error(HVD_ERR_SYSTEM, std::string("rendezvous store: no thread: ") + e.what());
+  }
   return server;
 }
 
-TcpStoreServer::TcpStoreServer(Fd listener, HostPort address, std::string secret)
-    : listener_(std::move(listener)), address_(std::move(address)), secret_(std::move(secret)) {}
+TcpStoreServer::TcpStoreServer(std::unique_ptr<Loop> loop, HostPort address)
+    : loop_(std::move(loop)), address_(std::move(address)) {}
 
 TcpStoreServer::~TcpStoreServer() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    ::shutdown(listener_.get(), SHUT_RDWR);             // wakes accept()
-    for (int fd : clients_) ::shutdown(fd, SHUT_RDWR);  // wakes every serve()
-  }
-  store_.close();  // wakes every waiting get
-  if (acceptor_.joinable()) acceptor_.join();
-  for (std::thread& t : threads_) t.join();
+  loop_->stop();
+  if (thread_.joinable()) thread_.join();
 }
 
-void TcpStoreServer::accept_loop() {
-  for (;;) {
-    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) {
-      if (fd >= 0) ::close(fd);
-      return;
-    }
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
-      return;
-    }
-    clients_.push_back(fd);
-    threads_.emplace_back([this, fd] { serve(fd); });
-  }
-}
-
-void TcpStoreServer::serve(int fd) {
-  bool authenticated = false;
-  for (;;) {
-    const Deadline deadline = authenticated ? Deadline::max() : deadline_after(kHandshakeTimeout);
-    Result<Bytes> request = recv_frame(fd, deadline);
-    if (!request.ok()) break;
-    Reader in(request.value());
-    uint8_t op = 0;
-    Bytes response;
-    std::string key;
-    if (!in.u8(&op)) break;
-    if (!authenticated) {
-      std::string secret;
-      if (op != static_cast<uint8_t>(Op::kHello) || !in.string(&secret) ||
-          !equal_constant_time(secret, secret_)) {
-        // Refused: say why, then hang up.
-        (void)send_frame(fd,
-                         reply_error(error(HVD_ERR_INVALID_ARGUMENT,
-                                           "authentication failed: the connection did not "
-                                           "present this job's secret (HVD_SECRET)")),
-                         deadline_after(std::chrono::seconds(1)));
-        break;
-      }
-      authenticated = true;
-      response = reply(HVD_SUCCESS, {});
-    } else if (op == static_cast<uint8_t>(Op::kSet)) {
-      Bytes value;
-      if (!in.string(&key) || !in.bytes(&value)) break;
-      const Status s = store_.set(key, value);
-      response = s.ok() ? reply(HVD_SUCCESS, {}) : reply_error(s);
-    } else if (op == static_cast<uint8_t>(Op::kGet)) {
-      int64_t timeout_ms = 0;
-      if (!in.string(&key) || !in.i64(&timeout_ms)) break;
-      Result<Bytes> value =
-          store_.get(key, std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)));
-      response = value.ok() ? reply(HVD_SUCCESS, value.value()) : reply_error(value.status());
-    } else {
-      break;  // not an hvd client
-    }
-    if (!send_frame(fd, response, deadline_after(kHandshakeTimeout)).ok()) break;
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  clients_.erase(std::find(clients_.begin(), clients_.end(), fd));
-  ::close(fd);
-}
+TcpStoreStats TcpStoreServer::stats() const { return loop_->stats(); }
 
 // ---- TcpStoreClient -----------------------------------------------------------------------
 
 Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const HostPort& server,
                                                                 const std::string& secret,
                                                                 std::chrono::milliseconds timeout) {
-  HVD_ASSIGN_OR_RETURN(Fd fd, connect_tcp(server, deadline_after(timeout)));
-  std::unique_ptr<TcpStoreClient> client(new TcpStoreClient(std::move(fd), server, timeout));
-  Bytes hello;
-  hello.push_back(static_cast<char>(Op::kHello));
-  put_string(hello, secret);
-  Result<Bytes> answer = client->call(hello, std::chrono::milliseconds(0));
-  if (!answer.ok()) {
-    return answer.status().with_context("the rendezvous server at " + server.to_string() +
-                                        " refused this process");
+  if (secret.size() > kStoreMaxSecret) {
+    return error(HVD_ERR_INVALID_ARGUMENT, "the job's secret (HVD_SECRET) has " +
+                                               std::to_string(secret.size()) +
+                                               " bytes; the rendezvous store takes at most " +
+                                               std::to_string(kStoreMaxSecret));
   }
-  return client;
+  const Deadline deadline = deadline_after(timeout);
+  const Bytes hello = encode_hello(secret);
+  auto backoff = milliseconds(10);
+  for (;;) {
+    HVD_ASSIGN_OR_RETURN(Fd fd, connect_tcp(server, deadline));
+    std::unique_ptr<TcpStoreClient> client(new TcpStoreClient(std::move(fd), server, timeout));
+    Result<Bytes> answer = client->call(hello, deadline);
+    if (answer.ok()) return client;
+    // A reply is the server's verdict. A connection closed without one was dropped unheard (a
+    // server evicts its oldest unauthenticated connection under a flood): try again.
+    const bool replied = client->fd_.valid();
+    if (replied || Clock::now() + backoff >= deadline) {
+      return answer.status().with_context("the rendezvous server at " + server.to_string() +
+                                          " refused this process");
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, milliseconds(500));
+  }
 }
 
 TcpStoreClient::TcpStoreClient(Fd fd, HostPort server, std::chrono::milliseconds io_timeout)
@@ -262,43 +976,58 @@ TcpStoreClient::TcpStoreClient(Fd fd, HostPort server, std::chrono::milliseconds
       io_timeout_(io_timeout),
       local_address_(local_address_of(fd_.get())) {}
 
-Result<Bytes> TcpStoreClient::call(const Bytes& request, std::chrono::milliseconds wait) {
+Result<Bytes> TcpStoreClient::receive_frame(Deadline deadline) {
+  FrameDecoder decoder(kStoreMaxFrame);
+  if (scratch_.empty()) scratch_.resize(size_t{64} << 10);
+  while (!decoder.complete()) {
+    HVD_ASSIGN_OR_RETURN(const size_t n,
+                         recv_some(fd_.get(), scratch_.data(),
+                                   std::min(scratch_.size(), decoder.wanted()), deadline));
+    HVD_RETURN_IF_ERROR(decoder.feed(scratch_.data(), n).status());
+  }
+  return decoder.take();
+}
+
+Result<Bytes> TcpStoreClient::call(const Bytes& frame, Deadline deadline) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!fd_.valid()) {
     return error(HVD_ERR_REMOTE, "the connection to the rendezvous server " + server_.to_string() +
                                      " was lost earlier");
   }
-  const Deadline deadline = deadline_after(wait + io_timeout_);
-  Status sent = send_frame(fd_.get(), request, deadline);
-  Result<Bytes> frame = sent.ok() ? recv_frame(fd_.get(), deadline) : Result<Bytes>(sent);
-  if (!frame.ok()) {
+  Status sent = send_all(fd_.get(), frame.data(), frame.size(), deadline);
+  Result<Bytes> got = sent.ok() ? receive_frame(deadline) : Result<Bytes>(sent);
+  if (!got.ok()) {
     fd_.reset();  // the stream is out of step now: never reuse it
-    return frame.status().with_context("rendezvous server " + server_.to_string());
+    return got.status().with_context("rendezvous server " + server_.to_string());
   }
-  Reader in(frame.value());
-  uint8_t code = 0;
-  if (!in.u8(&code)) return error(HVD_ERR_REMOTE, "empty reply from the rendezvous server");
-  Bytes body = in.rest();
+  Bytes payload = std::move(got).value();
+  if (payload.empty()) return error(HVD_ERR_REMOTE, "empty reply from the rendezvous server");
+  const auto code = static_cast<uint8_t>(payload[0]);
+  payload.erase(payload.begin());
   if (code != HVD_SUCCESS) {
-    return error(static_cast<hvd_status>(code), std::string(body.begin(), body.end()));
+    const hvd_status status =
+        code <= HVD_ERR_IN_PROGRESS ? static_cast<hvd_status>(code) : HVD_ERR_REMOTE;
+    return error(status, std::string(payload.begin(), payload.end()));
   }
-  return body;
+  return payload;
 }
 
 Status TcpStoreClient::set(const std::string& key, const Bytes& value) {
-  Bytes request;
-  request.push_back(static_cast<char>(Op::kSet));
-  put_string(request, key);
-  put_bytes(request, value.data(), value.size());
-  return call(request, std::chrono::milliseconds(0)).status();
+  if (9 + key.size() + value.size() > kStoreMaxFrame) {
+    return error(HVD_ERR_INVALID_ARGUMENT, "rendezvous value of " + std::to_string(value.size()) +
+                                               " bytes under key '" + key +
+                                               "' is over the store's limit of " +
+                                               mib(kStoreMaxFrame) + " per message");
+  }
+  return call(encode_set(key, value.data(), value.size()), deadline_after(io_timeout_)).status();
 }
 
 Result<Bytes> TcpStoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
-  Bytes request;
-  request.push_back(static_cast<char>(Op::kGet));
-  put_string(request, key);
-  put_i64(request, timeout.count());
-  return call(request, timeout);
+  if (13 + key.size() > kStoreMaxFrame) {
+    return error(HVD_ERR_INVALID_ARGUMENT, "rendezvous key of " + std::to_string(key.size()) +
+                                               " bytes is over the store's limit");
+  }
+  return call(encode_get(key, timeout.count()), deadline_after(timeout + io_timeout_));
 }
 
 }  // namespace hvd::core
