@@ -15,10 +15,29 @@
  *                       the dtypes and reduce ops it declares (default: every one)
  *
  * Built against the frozen ABI 1.0 headers (tests/abi/v1.0) as well: that build is a plugin
- * written before 1.1 existed, which today's host must still load and run. */
+ * written before 1.1 existed, which today's host must still load and run. The 1.1 builds have
+ * abort: a flag every call checks, which ends a hang (below) at once; a collective blocked in the
+ * host's oob_allgather is the host's to interrupt.
+ *
+ * Faults on demand, read from the environment at init, for the host's watchdog and reliability
+ * tests (with none set, nothing changes). <call> is one of init, allreduce, allgather, broadcast,
+ * barrier, finalize; any other value fails init with HVD_ERR_INVALID_ARGUMENT.
+ *   HVD_TEST_HANG=<call>       that call spins, ignoring timeout_ms, until the communicator is
+ *                              aborted, then fails with HVD_ERR_STATE (a finalize after abort
+ *                              returns at once); forever where there is no abort to end it: in
+ *                              kvs10 (ABI 1.0), and in init, which has no communicator yet
+ *   HVD_TEST_CRASH=<call>      that call raises SIGSEGV
+ *   HVD_TEST_HANG_RANK=<r>, HVD_TEST_CRASH_RANK=<r>
+ *                              only on communicator rank r (default: every rank)
+ *   HVD_TEST_FAULT_SKIP=<n>    the first n calls of that kind run normally (default 0), so that
+ *                              a fault can wait until after the host's own first calls */
+#define _POSIX_C_SOURCE 200809L
+
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hvd/backend.h"
 #include "hvd/reduce.h"
@@ -33,16 +52,115 @@
 #define HVD_TEST_REDUCE_OPS HVD_REDUCE_OPS_1_0
 #endif
 
+enum kvs_call {
+  KVS_NONE = -1,
+  KVS_INIT,
+  KVS_ALLREDUCE,
+  KVS_ALLGATHER,
+  KVS_BROADCAST,
+  KVS_BARRIER,
+  KVS_FINALIZE,
+  KVS_CALLS
+};
+static const char* const kvs_call_names[KVS_CALLS] = {"init",      "allreduce", "allgather",
+                                                      "broadcast", "barrier",   "finalize"};
+
+/* The fault knobs as init read them. */
+struct kvs_faults {
+  enum kvs_call hang;
+  enum kvs_call crash;
+  int hang_rank; /* -1: every rank */
+  int crash_rank;
+  long skip;
+};
+
 struct hvd_backend_comm {
   int rank;
   int size;
   int64_t timeout_ms;
   const hvd_host_services* host;
+  struct kvs_faults faults;
+  long calls[KVS_CALLS]; /* calls made so far, by kind */
+  int aborted;           /* set by abort from any thread: read and written with __atomic only */
 };
 
 static hvd_status fail(const struct hvd_backend_comm* c, hvd_status code, const char* message) {
   c->host->set_error(c->host->ctx, message);
   return code;
+}
+
+static int is_aborted(const struct hvd_backend_comm* c) {
+  return __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE);
+}
+
+/* Parses HVD_TEST_<knob>; 0 on success, else a message in `error`. */
+static int read_call_knob(const char* knob, enum kvs_call* out, char* error, size_t error_size) {
+  const char* value = getenv(knob);
+  *out = KVS_NONE;
+  if (value == NULL || *value == '\0') return 0;
+  for (int i = 0; i < KVS_CALLS; ++i) {
+    if (strcmp(value, kvs_call_names[i]) == 0) {
+      *out = (enum kvs_call)i;
+      return 0;
+    }
+  }
+  snprintf(error, error_size,
+           "%s: %s='%s' is none of init, allreduce, allgather, broadcast, barrier, finalize",
+           HVD_TEST_NAME, knob, value);
+  return -1;
+}
+
+static long read_number_knob(const char* knob, long fallback) {
+  const char* value = getenv(knob);
+  return (value == NULL || *value == '\0') ? fallback : strtol(value, NULL, 10);
+}
+
+static int read_faults(struct kvs_faults* f, char* error, size_t error_size) {
+  if (read_call_knob("HVD_TEST_HANG", &f->hang, error, error_size) != 0) return -1;
+  if (read_call_knob("HVD_TEST_CRASH", &f->crash, error, error_size) != 0) return -1;
+  f->hang_rank = (int)read_number_knob("HVD_TEST_HANG_RANK", -1);
+  f->crash_rank = (int)read_number_knob("HVD_TEST_CRASH_RANK", -1);
+  f->skip = read_number_knob("HVD_TEST_FAULT_SKIP", 0);
+  return 0;
+}
+
+static int fault_applies(enum kvs_call knob, int knob_rank, enum kvs_call call, int rank) {
+  return knob == call && (knob_rank < 0 || knob_rank == rank);
+}
+
+/* Spins, ignoring every timeout, until `c` is aborted (c NULL, or a 1.0 build: forever). */
+static void hang(const struct hvd_backend_comm* c) {
+  const struct timespec tick = {0, 1000000};
+  for (;;) {
+#if HVD_BACKEND_ABI_MINOR >= 1
+    if (c != NULL && is_aborted(c)) return;
+#else
+    (void)c;
+#endif
+    nanosleep(&tick, NULL);
+  }
+}
+
+/* The faults the knobs ask of this call of `c`: a crash does not return; a hang returns once `c`
+ * is aborted, and then this returns 1 (the call must fail). */
+static int fault_in(struct hvd_backend_comm* c, enum kvs_call call) {
+  const long n = c->calls[call]++;
+  if (n < c->faults.skip) return 0;
+  if (fault_applies(c->faults.crash, c->faults.crash_rank, call, c->rank)) raise(SIGSEGV);
+  if (fault_applies(c->faults.hang, c->faults.hang_rank, call, c->rank)) {
+    hang(c);
+    return 1;
+  }
+  return 0;
+}
+
+/* Every collective begins here: a call after abort fails at once, a knob may make it fail. */
+static hvd_status begin(struct hvd_backend_comm* c, enum kvs_call call) {
+  if (is_aborted(c)) return fail(c, HVD_ERR_STATE, "kvs: the communicator was aborted");
+  if (fault_in(c, call)) {
+    return fail(c, HVD_ERR_STATE, "kvs: aborted while hanging as HVD_TEST_HANG asked");
+  }
+  return HVD_SUCCESS;
 }
 
 /* Everyone's `bytes` bytes, in rank order, in a new buffer (free it). */
@@ -54,7 +172,9 @@ static hvd_status gather_all(struct hvd_backend_comm* c, const void* mine, size_
   if (s != HVD_SUCCESS) {
     free(*all);
     *all = NULL;
-    return fail(c, s, "kvs: out-of-band allgather failed");
+    return fail(c, s,
+                is_aborted(c) ? "kvs: the communicator was aborted during the out-of-band allgather"
+                              : "kvs: out-of-band allgather failed");
   }
   return HVD_SUCCESS;
 }
@@ -85,27 +205,51 @@ static void expect_declared(const hvd_collective_args* a, int uses_op) {
 static hvd_status kvs_init(const hvd_backend_init_args* args, hvd_backend_comm** comm) {
 #ifdef HVD_TEST_FAIL_INIT
   (void)comm;
+  (void)read_faults;
   args->host->set_error(args->host->ctx, "failinit: this test plugin always refuses to start");
   return HVD_ERR_SYSTEM;
 #else
+  struct kvs_faults faults;
+  char error[256];
+  if (read_faults(&faults, error, sizeof error) != 0) {
+    args->host->set_error(args->host->ctx, error);
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  if (faults.skip <= 0) {
+    if (fault_applies(faults.crash, faults.crash_rank, KVS_INIT, args->rank)) raise(SIGSEGV);
+    if (fault_applies(faults.hang, faults.hang_rank, KVS_INIT, args->rank)) hang(NULL);
+  }
   struct hvd_backend_comm* c = (struct hvd_backend_comm*)calloc(1, sizeof *c);
   if (c == NULL) return HVD_ERR_SYSTEM;
   c->rank = args->rank;
   c->size = args->size;
   c->timeout_ms = args->timeout_ms;
   c->host = args->host;
+  c->faults = faults;
+  c->calls[KVS_INIT] = 1;
   *comm = c;
   return HVD_SUCCESS;
 #endif
 }
 
 static hvd_status kvs_finalize(hvd_backend_comm* comm) {
+  (void)fault_in(comm, KVS_FINALIZE); /* a hang here ends with abort; finalize still frees */
   free(comm);
   return HVD_SUCCESS;
 }
 
+#if HVD_BACKEND_ABI_MINOR >= 1
+/* From any thread, during a call or not: the flag every call and every hang checks. */
+static hvd_status kvs_abort(hvd_backend_comm* c) {
+  __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
+  return HVD_SUCCESS;
+}
+#endif
+
 static hvd_status kvs_allreduce(hvd_backend_comm* c, const hvd_collective_args* a) {
   expect_declared(a, 1);
+  const hvd_status begun = begin(c, KVS_ALLREDUCE);
+  if (begun != HVD_SUCCESS) return begun;
   const size_t bytes = (size_t)a->count * hvd_dtype_size(a->dtype);
   char* all = NULL;
   hvd_status s = gather_all(c, a->sendbuf, bytes, &all);
@@ -127,6 +271,8 @@ static hvd_status kvs_allreduce(hvd_backend_comm* c, const hvd_collective_args* 
 
 static hvd_status kvs_allgather(hvd_backend_comm* c, const hvd_collective_args* a) {
   expect_declared(a, 0);
+  const hvd_status begun = begin(c, KVS_ALLGATHER);
+  if (begun != HVD_SUCCESS) return begun;
   const size_t element = hvd_dtype_size(a->dtype);
   if (a->recv_counts != NULL) return fail(c, HVD_ERR_UNSUPPORTED, "kvs: no allgatherv");
   const size_t bytes = (size_t)a->count * element;
@@ -144,6 +290,8 @@ static hvd_status kvs_allgather(hvd_backend_comm* c, const hvd_collective_args* 
 
 static hvd_status kvs_broadcast(hvd_backend_comm* c, const hvd_collective_args* a) {
   expect_declared(a, 0);
+  const hvd_status begun = begin(c, KVS_BROADCAST);
+  if (begun != HVD_SUCCESS) return begun;
   const size_t bytes = (size_t)a->count * hvd_dtype_size(a->dtype);
   /* Only the root's contribution matters; the others send nothing (0 bytes would mismatch the
    * allgather's equal-size rule, so every rank sends `bytes`). */
@@ -159,6 +307,8 @@ static hvd_status kvs_broadcast(hvd_backend_comm* c, const hvd_collective_args* 
 }
 
 static hvd_status kvs_barrier(hvd_backend_comm* c) {
+  const hvd_status begun = begin(c, KVS_BARRIER);
+  if (begun != HVD_SUCCESS) return begun;
   char* all = NULL;
   const char token = 1;
   const hvd_status s = gather_all(c, &token, 1, &all);
@@ -187,6 +337,7 @@ static const hvd_backend_v1 kvs_table = {
 #if HVD_BACKEND_ABI_MINOR >= 1
     .dtypes = HVD_TEST_DTYPES,
     .reduce_ops = HVD_TEST_REDUCE_OPS,
+    .abort = kvs_abort,
 #endif
 };
 
