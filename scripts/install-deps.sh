@@ -8,6 +8,7 @@ packages=(
   libboost-dev libgloo-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libfabric-dev libfabric-bin
   iproute2 zlib1g-dev jq gnuplot-nox
+  clang libclang-rt-14-dev  # libFuzzer (scripts/fuzz.sh); hvd itself builds with g++
 )
 
 missing=()

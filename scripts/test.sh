@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install, build with warnings as errors, and run every test; then rebuild with AddressSanitizer
-# and UBSan and run every test again; then with ThreadSanitizer and run the unit, integration and
+# Install, build with warnings as errors, and run every test; fuzz the parsers of what peers send
+# for a minute (scripts/fuzz.sh); then rebuild with AddressSanitizer and UBSan and run every test
+# again; then with ThreadSanitizer and run the unit, integration and
 # 2-rank conformance tests. Open MPI's own allocations and lock order are suppressed
 # (tests/sanitizers/*.supp); hvd's are not. Exit status is non-zero if anything fails.
 #
@@ -18,6 +19,9 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHVD_WERROR=ON
 cmake --build build -j "$jobs"
 echo "== test"
 (cd build && ctest -j "$jobs" --output-on-failure --timeout 900)
+
+echo "== fuzz what peers send (libFuzzer, 20 s per target)"
+./scripts/fuzz.sh 20
 
 if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== build with AddressSanitizer + UBSan"

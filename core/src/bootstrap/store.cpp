@@ -217,7 +217,7 @@ Result<size_t> FrameDecoder::feed(const char* data, size_t size) {
   if (failed_) {
     return error(HVD_ERR_INVALID_ARGUMENT, "the rendezvous stream failed earlier");
   }
-  if (complete()) return size_t{0};
+  if (complete() || size == 0) return size_t{0};
   size_t taken = 0;
   if (header_have_ < 4) {
     taken = std::min(size, 4 - header_have_);

@@ -128,6 +128,11 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
   uint32_t count = 0;
   auto corrupt = [] { return error(HVD_ERR_INTERNAL, "a rank's tensor requests are corrupt"); };
   if (!r.get(&count)) return corrupt();
+  // The count comes from a peer: one the bytes cannot hold is refused before it sizes anything.
+  // Every request takes at least its fixed fields (serialize(): name length, type, dtype, ndim,
+  // op, root, memory, device, prescale, postscale, group, group size, output capacity).
+  constexpr size_t kMinRequestBytes = 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 4 + 8;
+  if (count > (size - sizeof count) / kMinRequestBytes) return corrupt();
   std::vector<Request> out(count);
   for (Request& req : out) {
     TensorSpec& s = req.spec;
