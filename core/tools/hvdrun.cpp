@@ -9,16 +9,22 @@
 // fails stops the others and exits with that rank's status. Across hosts (-H, --hostfile), for
 // the mpi backend, and when asked (--mpi), it hands the launch to Open MPI's mpirun, as
 // horovodrun does.
+//
+// hvdrun's death, however it comes (even SIGKILL), takes the job with it: every process it starts
+// gets PR_SET_PDEATHSIG (die_with_hvdrun below), so no rank is left computing as an orphan.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -195,19 +201,68 @@ std::string describe(int status) {
   return "ended with wait status " + std::to_string(status);
 }
 
+// Between fork and exec, in the child: only async-signal-safe calls (hvdrun has threads by then,
+// the rendezvous server's).
+void write_stderr(const char* text) {
+  if (text != nullptr) (void)!::write(STDERR_FILENO, text, std::strlen(text));
+}
+
+// Ties the child's life to hvdrun's: when hvdrun dies, however (SIGKILL included, which no handler
+// sees), the kernel sends the child `signal`. The setting survives exec (of a program that is not
+// set-uid), so it holds for the rank the child becomes. The kernel sends it when the *thread* that
+// forked the child ends, not the process: every fork in hvdrun happens on the main thread, which
+// lives as long as hvdrun does. Keep it so.
+void die_with_hvdrun(pid_t hvdrun, int signal) {
+  if (::prctl(PR_SET_PDEATHSIG, signal) != 0) {
+    write_stderr(
+        "hvdrun: prctl(PR_SET_PDEATHSIG) failed: not starting a process that could "
+        "outlive hvdrun\n");
+    ::_exit(127);
+  }
+  // hvdrun may have died between fork and prctl: then no signal will ever come, and the child has
+  // already been handed to another parent.
+  if (::getppid() != hvdrun) ::_exit(127);
+}
+
 }  // namespace
 
+// The hosts of an Open MPI hostfile: the first word of each line, after comments go. A file that
+// cannot be read names no host here; mpirun reports it when it reads the file itself.
+std::optional<std::vector<std::string>> hostfile_hosts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::vector<std::string> hosts;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line.substr(0, line.find('#')));
+    if (std::string host; words >> host) hosts.push_back(host);
+  }
+  return hosts;
+}
+
+// Whether every rank of the job runs on this host: no host named, or every host named is this one.
+// A host is this one when it resolves to an address of this network namespace (bootstrap/host.hpp),
+// not because it shares the host name: loopback serves only ranks in this namespace.
+bool job_on_this_host(const Options& opt) {
+  std::vector<std::string> hosts;
+  for (const std::string& entry : split(opt.hosts, ',')) {  // "host" or "host:slots"
+    hosts.push_back(entry.substr(0, entry.find(':')));
+  }
+  if (!opt.hostfile.empty()) {
+    const auto listed = hostfile_hosts(opt.hostfile);
+    if (!listed || listed->empty()) return false;
+    hosts.insert(hosts.end(), listed->begin(), listed->end());
+  }
+  for (const std::string& host : hosts) {
+    if (!is_this_host(host)) return false;
+  }
+  return true;
+}
+
 // The address ranks reach this host at, when they may run elsewhere (mpirun mode).
-Result<std::string> rendezvous_host(const Options& opt) {
+Result<std::string> rendezvous_host(const Options& opt, bool on_this_host) {
   if (!opt.rendezvous_host.empty()) return opt.rendezvous_host;
   if (const auto iface = knob(process_env(), "RENDEZVOUS_IFACE")) return interface_address(*iface);
-  // Loopback serves only ranks in this network namespace (bootstrap/host.hpp): a host named in
-  // -H is this one if it resolves to an address here, not because it shares the host name.
-  bool all_local = opt.hostfile.empty();
-  for (const std::string& entry : split(opt.hosts, ',')) {  // "host" or "host:slots"
-    all_local = all_local && is_this_host(entry.substr(0, entry.find(':')));
-  }
-  if (all_local) return std::string("127.0.0.1");
+  if (on_this_host) return std::string("127.0.0.1");
   std::string address = first_external_address();
   if (address.empty()) {
     return error(HVD_ERR_SYSTEM, "no network interface is up: pass --rendezvous-addr");
@@ -250,17 +305,61 @@ int launch_with_mpirun(const Options& opt, const std::vector<std::string>& job_e
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // Built before fork: the child may only make async-signal-safe calls.
+  const std::string cannot_run = "hvdrun: cannot run '" + opt.mpirun + "': ";
+  const char* const need_open_mpi = ": multi-host jobs need Open MPI (Debian: openmpi-bin)\n";
+  const pid_t self = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     std::perror("hvdrun: fork");
     return 1;
   }
   if (pid == 0) {
-    ::execvp(args[0], args.data());
-    const std::string msg = "hvdrun: cannot run '" + opt.mpirun + "' (" + std::strerror(errno) +
-                            "): multi-host jobs need Open MPI (Debian: openmpi-bin)\n";
-    (void)!::write(STDERR_FILENO, msg.data(), msg.size());
-    ::_exit(127);
+    // The guard: hvdrun -> guard -> mpirun. mpirun must get exactly one SIGTERM when hvdrun dies:
+    // killed outright it leaves its ranks running (Open MPI 4.1.4: they stay, reparented, until
+    // they end by themselves), on SIGTERM it stops every rank on every host and exits, but a
+    // second SIGTERM while it does so makes it exit at once, and the ranks stay again.
+    // PR_SET_PDEATHSIG is sent each time a child passes to another parent, and the children of a
+    // multithreaded process pass from thread to thread as its threads die: mpirun forked by hvdrun
+    // itself got two SIGTERMs and left its ranks. The guard has one thread, so mpirun, its only
+    // child, gets one SIGTERM when the guard dies, and the guard dies with hvdrun.
+    die_with_hvdrun(self, SIGKILL);
+    const pid_t guard = ::getpid();
+    const pid_t mpirun = ::fork();
+    if (mpirun < 0) {
+      write_stderr("hvdrun: fork (mpirun) failed\n");
+      ::_exit(1);
+    }
+    if (mpirun == 0) {
+      die_with_hvdrun(guard, SIGTERM);
+      ::execvp(args[0], args.data());
+      write_stderr(cannot_run.c_str());
+      write_stderr(strerrordesc_np(errno));
+      write_stderr(need_open_mpi);
+      ::_exit(127);
+    }
+    // hvdrun's signal handler runs here too: what hvdrun forwards (SIGTERM), the guard passes on.
+    int mpirun_status = 0;
+    bool passed_on = false;
+    while (::waitpid(mpirun, &mpirun_status, 0) < 0) {
+      if (errno != EINTR) ::_exit(1);
+      if (g_signal != 0 && !passed_on) {
+        ::kill(mpirun, SIGTERM);
+        passed_on = true;
+      }
+    }
+    if (WIFEXITED(mpirun_status)) ::_exit(WEXITSTATUS(mpirun_status));
+    // End as mpirun did, so that hvdrun reports mpirun's own status.
+    const int sig = WTERMSIG(mpirun_status);
+    struct sigaction default_action = {};
+    default_action.sa_handler = SIG_DFL;
+    ::sigaction(sig, &default_action, nullptr);
+    sigset_t unblock;
+    ::sigemptyset(&unblock);
+    ::sigaddset(&unblock, sig);
+    ::sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
+    ::kill(guard, sig);
+    ::_exit(128 + sig);
   }
   int status = 0;
   bool forwarded = false;
@@ -308,7 +407,9 @@ int launch_locally(const Options& opt, std::vector<std::string> job_env) {
   std::vector<char*> args;
   for (auto& a : command) args.push_back(a.data());
   args.push_back(nullptr);
+  const std::string cannot_run = "hvdrun: cannot run '" + command[0] + "': ";
 
+  const pid_t self = ::getpid();
   std::map<pid_t, int> running;  // pid -> rank
   std::vector<Stream> streams;
   for (int rank = 0; rank < opt.np; ++rank) {
@@ -331,13 +432,16 @@ int launch_locally(const Options& opt, std::vector<std::string> job_env) {
       return 1;
     }
     if (pid == 0) {
+      // SIGKILL: a rank whose launcher is gone has no one to report to, and a handler in the
+      // application must not be able to keep it alive.
+      die_with_hvdrun(self, SIGKILL);
       ::setpgid(0, 0);  // a group per rank: stopping a rank stops what it started
       ::dup2(out[1], STDOUT_FILENO);
       ::dup2(err[1], STDERR_FILENO);
       ::execvpe(args[0], args.data(), envp.data());
-      const std::string msg =
-          std::string("hvdrun: cannot run '") + args[0] + "': " + std::strerror(errno) + "\n";
-      (void)!::write(STDERR_FILENO, msg.data(), msg.size());
+      write_stderr(cannot_run.c_str());
+      write_stderr(strerrordesc_np(errno));
+      write_stderr("\n");
       ::_exit(127);
     }
     ::setpgid(pid, pid);
@@ -419,11 +523,15 @@ int main(int argc, char** argv) {
   const bool through_mpirun =
       opt.mpi || !opt.hosts.empty() || !opt.hostfile.empty() || opt.backend == "mpi";
 
-  // The rendezvous: on loopback for a local job; on every interface, advertised at an address
-  // the other hosts can reach, when mpirun may place ranks elsewhere.
+  // The rendezvous. A job on this host alone (hvdrun's own launcher, or mpirun with no other
+  // host) is served on the address it is advertised at, loopback unless told otherwise: nothing
+  // off this host can reach it. Only when mpirun may place ranks elsewhere is it served on every
+  // interface, advertised at an address the other hosts can reach (which this host may know
+  // under another name, behind NAT say).
+  const bool on_this_host = !through_mpirun || job_on_this_host(opt);
   std::string host = "127.0.0.1";
   if (through_mpirun) {
-    Result<std::string> chosen = rendezvous_host(opt);
+    Result<std::string> chosen = rendezvous_host(opt, on_this_host);
     if (!chosen.ok()) {
       std::fprintf(stderr, "hvdrun: %s\n", chosen.status().message().c_str());
       return 1;
@@ -431,11 +539,17 @@ int main(int argc, char** argv) {
     host = *chosen;
   }
   const std::string secret = random_secret();
-  auto server = TcpStoreServer::start(HostPort{through_mpirun ? "0.0.0.0" : host, 0}, secret);
+  auto server = TcpStoreServer::start(HostPort{on_this_host ? host : "0.0.0.0", 0}, secret);
   if (!server.ok()) {
     std::fprintf(stderr, "hvdrun: cannot host the rendezvous: %s\n",
                  server.status().message().c_str());
     return 1;
+  }
+  if (opt.verbose) {
+    std::fprintf(stderr, "hvdrun: rendezvous listening on %s (%s), ranks reach it at %s\n",
+                 (*server)->address().to_string().c_str(),
+                 on_this_host ? "every rank on this host" : "ranks on other hosts",
+                 HostPort{host, (*server)->address().port}.to_string().c_str());
   }
   std::vector<std::string> job_env = {
       "HVD_RENDEZVOUS_ADDR=" + HostPort{host, (*server)->address().port}.to_string(),
