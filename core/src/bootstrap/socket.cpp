@@ -133,7 +133,10 @@ Result<Fd> listen_tcp(const HostPort& where, HostPort* bound) {
       last = system_error("bind " + where.to_string());
       continue;
     }
-    if (::listen(fd.get(), 1024) != 0) {
+    // A deep accept queue: when it is full the kernel drops a newcomer's SYN, and the client
+    // retries only a second later, so a flood of connections would delay a real rank's join by
+    // that second. The kernel caps it at net.core.somaxconn.
+    if (::listen(fd.get(), 65535) != 0) {
       last = system_error("listen " + where.to_string());
       continue;
     }

@@ -464,7 +464,7 @@ int TcpStoreServer::Loop::wait_ms(Deadline now) const {
 
 void TcpStoreServer::Loop::accept_pending() {
   // A bounded batch, so that a flood of connections cannot starve the established ones.
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < 256; ++i) {
     const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
       admit(Fd(fd));
