@@ -275,4 +275,105 @@ TEST(Mpirun, AnApplicationThatOwnsMpiKeepsIt) {
       << r.output;
 }
 
+// ---- process hygiene: the rendezvous on loopback, plugins that crash --------------------------
+
+const std::string kHvdInfo = HVD_HVD_INFO;
+
+bool have_crashentry() {
+  return ::access((kTestPlugins + "/libhvd-backend-crashentry.so").c_str(), F_OK) == 0;
+}
+
+// The address a TCP listener on `port` is bound to, as ss prints it in the lines of `output`.
+std::vector<std::string> listening_addresses(const std::string& output, const std::string& port) {
+  std::vector<std::string> found;
+  const std::regex line(R"(LISTEN\s+\d+\s+\d+\s+(\S+):)" + port + R"(\s)");
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    found.push_back((*it)[1]);
+  }
+  return found;
+}
+
+// A job through mpirun whose every host is this one serves the rendezvous where nothing off this
+// host can reach it. Each rank asks the kernel (ss) where the port of HVD_RENDEZVOUS_ADDR listens.
+TEST(Mpirun, AOneHostJobServesItsRendezvousOnLoopbackOnly) {
+  REQUIRE_MPI();
+  if (run("command -v ss").exit_code != 0) GTEST_SKIP() << "ss (iproute2) is not installed";
+  char hostfile[] = "/tmp/hvd-hostfile.XXXXXX";
+  const int fd = ::mkstemp(hostfile);
+  ASSERT_GE(fd, 0);
+  const std::string line = "localhost slots=2  # this host\n";
+  ASSERT_EQ(::write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+  ::close(fd);
+  const std::vector<std::string> launches = {"-np 1 --mpi", "-np 1 --backend mpi",
+                                             "-np 2 -H localhost:2",
+                                             "-np 2 --hostfile " + std::string(hostfile)};
+  for (const std::string& launch : launches) {
+    Job r = run(kHvdrun + " --verbose " + launch +
+                " -- sh -c 'ss -ltnH \"( sport = :${HVD_RENDEZVOUS_ADDR##*:} )\"'");
+    ASSERT_EQ(r.exit_code, 0) << launch << "\n" << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m,
+                                  std::regex(R"(hvdrun: rendezvous listening on (\S+):(\d+) \()")))
+        << launch << "\n"
+        << r.output;
+    EXPECT_EQ(m[1], "127.0.0.1") << launch << "\n" << r.output;
+    const auto addresses = listening_addresses(r.output, m[2]);
+    ASSERT_FALSE(addresses.empty()) << launch << "\n" << r.output;
+    for (const std::string& address : addresses) {
+      EXPECT_EQ(address, "127.0.0.1") << launch << "\n" << r.output;
+    }
+  }
+  ::unlink(hostfile);
+}
+
+// The store rank 0 serves for a rendezvous made through the launcher, on one host: loopback too.
+TEST(Mpirun, ARendezvousThroughTheLauncherOnOneHostIsOnLoopback) {
+  REQUIRE_MPI();
+  Job r =
+      run(kMpirun + " -np 2 -x HVD_BACKEND=gloo -x HVD_LOG_LEVEL=info " + kProbe + " --allreduce");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "rendezvous made through 'mpi' at 127.0.0.1:")) << r.output;
+  EXPECT_TRUE(has(r.output, "rank 1: allreduce = 3")) << r.output;
+}
+
+// hvd-info loads each plugin in a process of its own: one that crashes is named with its signal,
+// every other is still listed, and the exit status says that something failed.
+TEST(HvdInfo, NamesAPluginThatCrashesAndListsTheOthers) {
+  if (!have_crashentry()) GTEST_SKIP() << "the crashentry test plugin is not built";
+  Job r = run("HVD_PLUGIN_PATH=" + kTestPlugins + " " + kHvdInfo);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "libhvd-backend-crashentry.so: crashed (SIGSEGV) while loading"))
+      << r.output;
+  for (const std::string name : {"kvs", "kvsmin", "failinit", "gloo"}) {
+    EXPECT_TRUE(std::regex_search(r.output, std::regex("\n  " + name + " +[0-9]"))) << name << "\n"
+                                                                                    << r.output;
+  }
+  EXPECT_TRUE(has(r.output, "libhvd-backend-noentry.so: not an hvd backend plugin")) << r.output;
+  EXPECT_TRUE(has(r.output, "Backend for this environment: ")) << r.output;
+}
+
+TEST(HvdInfo, ExitsZeroWhenEveryPluginLoads) {
+  Job r = run("env -u HVD_PLUGIN_PATH " + kHvdInfo);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "\n  gloo ")) << r.output;
+  EXPECT_FALSE(has(r.output, "Failed to load")) << r.output;
+}
+
+// The error for an unknown backend names the backends there are without loading them: a plugin
+// that crashes while loading on the path costs the application nothing.
+TEST(Agreement, AnUnknownBackendIsAnErrorEvenWithACrashingPluginOnThePath) {
+  if (!have_crashentry()) GTEST_SKIP() << "the crashentry test plugin is not built";
+  Job r = run("HVD_BACKEND=nope " + kHvdrun + " -np 2 --plugin-path " + kTestPlugins + " " +
+              kProbe + " --exit-zero");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const auto messages = init_failures(r.output);
+  ASSERT_EQ(messages.size(), 2u) << r.output;
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_TRUE(has(messages[0], "unknown backend 'nope'")) << messages[0];
+  EXPECT_TRUE(
+      std::regex_search(messages[0], std::regex("Available backends: [^.]*crashentry, [^.]*kvs, ")))
+      << messages[0];
+  EXPECT_TRUE(has(messages[0], "hvd-info says which work")) << messages[0];
+}
+
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -159,20 +160,70 @@ TEST(PluginLoader, AMissingFileIsNotFound) {
   EXPECT_EQ(load_plugin("/nonexistent/libhvd-backend-x.so").status().code(), HVD_ERR_NOT_FOUND);
 }
 
+// A directory of links to test plugins under names of the test's choosing, removed at the end.
+// The test plugin directory itself also holds plugins that crash while loading (crashentry).
+class PluginDir {
+ public:
+  explicit PluginDir(const std::vector<std::pair<std::string, std::string>>& links) {
+    char name[] = "/tmp/hvd-plugin-dir.XXXXXX";
+    if (::mkdtemp(name) != nullptr) path_ = name;
+    for (const auto& [link, target] : links) {
+      fs::create_symlink(kTestPlugins / plugin_file_name(target), path_ / plugin_file_name(link));
+    }
+  }
+  ~PluginDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
 TEST(PluginLoader, AnUnknownBackendListsWhatExistsAndWhereItLooked) {
-  auto plugin = resolve_backend("nope", {kTestPlugins, "/nonexistent"});
+  // Listed by their files, never loaded: the plugin that crashes while loading is named too, and
+  // this process survives it. A file shadowed by an earlier directory is named once.
+  PluginDir first({{"kvs", "kvs"}, {"crashentry", "crashentry"}});
+  PluginDir second({{"kvs", "kvsmin"}, {"garbage", "garbage"}});
+  auto plugin = resolve_backend("nope", {first.path(), "/nonexistent", second.path()});
   ASSERT_FALSE(plugin.ok());
   EXPECT_EQ(plugin.status().code(), HVD_ERR_NOT_FOUND);
   EXPECT_EQ(plugin.status().message(),
             "unknown backend 'nope': no libhvd-backend-nope.so in the plugin search path. "
-            "Available backends: failinit, kvs, kvs10, kvsdevice, kvsmin, wrongsum. Searched: " +
-                kTestPlugins.string() +
-                ", /nonexistent (HVD_PLUGIN_PATH adds directories; HVD_BACKEND may also be a file "
-                "path)");
+            "Available backends: crashentry, kvs, garbage (named by their files, not loaded: "
+            "hvd-info says which work). Searched: " +
+                first.path().string() + ", /nonexistent, " + second.path().string() +
+                " (HVD_PLUGIN_PATH adds directories; HVD_BACKEND may also be a file path)");
+  plugin = resolve_backend("nope", {"/nonexistent"});
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_TRUE(contains(plugin.status().message(), "Available backends: none. Searched: "))
+      << plugin.status().message();
+}
+
+TEST(PluginLoader, PluginFilesAreFoundInSearchOrderAndNamedByTheNamingRule) {
+  PluginDir first({{"b", "kvs"}, {"a", "kvs"}});
+  PluginDir second({{"a", "kvsmin"}, {"c", "kvs"}});
+  std::vector<std::string> found;
+  for (const fs::path& file : find_plugin_files({first.path(), second.path()})) {
+    found.push_back(file.parent_path() == first.path() ? "1:" + backend_name_of(file)
+                                                       : "2:" + backend_name_of(file));
+  }
+  EXPECT_EQ(found, (std::vector<std::string>{"1:a", "1:b", "2:c"}));
+  EXPECT_EQ(backend_name_of("/x/libhvd-backend-my.plugin.so"), "my.plugin");
 }
 
 TEST(PluginLoader, ScanReportsGoodAndBadPlugins) {
-  PluginScan scan = scan_plugins({kTestPlugins});
+  PluginDir dir({{"failinit", "failinit"},
+                 {"kvs", "kvs"},
+                 {"kvs10", "kvs10"},
+                 {"kvsdevice", "kvsdevice"},
+                 {"kvsmin", "kvsmin"},
+                 {"wrongsum", "wrongsum"},
+                 {"abi2", "abi2"},
+                 {"garbage", "garbage"},
+                 {"noentry", "noentry"}});
+  PluginScan scan = scan_plugins({dir.path()});
   std::vector<std::string> names;
   for (const Plugin& p : scan.plugins) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"failinit", "kvs", "kvs10", "kvsdevice", "kvsmin",

@@ -1,5 +1,6 @@
 #include "loader/plugin_loader.hpp"
 
+#include <algorithm>
 #include <boost/dll/library_info.hpp>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
@@ -182,8 +183,8 @@ Result<Plugin> plugin_from_table(const fs::path& file, const hvd_backend_v1* tab
   return plugin;
 }
 
-PluginScan scan_plugins(const std::vector<fs::path>& dirs) {
-  PluginScan scan;
+std::vector<fs::path> find_plugin_files(const std::vector<fs::path>& dirs) {
+  std::vector<fs::path> found;
   std::set<std::string> seen;
   for (const fs::path& dir : dirs) {
     std::error_code ec;
@@ -196,14 +197,32 @@ PluginScan scan_plugins(const std::vector<fs::path>& dirs) {
     }
     std::sort(files.begin(), files.end());
     for (const fs::path& file : files) {
-      const std::string filename = file.filename().string();
-      if (!seen.insert(filename).second) continue;  // shadowed by an earlier directory
-      Result<Plugin> plugin = load_plugin(file);
-      if (plugin.ok()) {
-        scan.plugins.push_back(std::move(plugin).value());
-      } else {
-        scan.failures.push_back({file, plugin.status()});
-      }
+      if (seen.insert(file.filename().string()).second) found.push_back(file);
+    }
+  }
+  return found;
+}
+
+std::string backend_name_of(const fs::path& file) {
+  std::string name = file.filename().string();
+  const std::string prefix = HVD_BACKEND_FILE_PREFIX;
+  const std::string suffix = HVD_BACKEND_FILE_SUFFIX;
+  if (name.rfind(prefix, 0) == 0) name.erase(0, prefix.size());
+  if (name.size() >= suffix.size() &&
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    name.erase(name.size() - suffix.size());
+  }
+  return name;
+}
+
+PluginScan scan_plugins(const std::vector<fs::path>& dirs) {
+  PluginScan scan;
+  for (const fs::path& file : find_plugin_files(dirs)) {
+    Result<Plugin> plugin = load_plugin(file);
+    if (plugin.ok()) {
+      scan.plugins.push_back(std::move(plugin).value());
+    } else {
+      scan.failures.push_back({file, plugin.status()});
     }
   }
   return scan;
@@ -216,17 +235,22 @@ Result<Plugin> resolve_backend(const std::string& spec, const std::vector<fs::pa
     std::error_code ec;
     if (fs::exists(dir / file, ec)) return load_plugin(dir / file);
   }
+  // Named by their files, not loaded (see plugin_loader.hpp).
   std::string available;
-  for (const Plugin& plugin : scan_plugins(dirs).plugins) {
-    available += (available.empty() ? "" : ", ") + plugin.name;
+  for (const fs::path& found : find_plugin_files(dirs)) {
+    available += (available.empty() ? "" : ", ") + backend_name_of(found);
   }
   std::string searched;
   for (const fs::path& dir : dirs) searched += (searched.empty() ? "" : ", ") + dir.string();
-  return error(HVD_ERR_NOT_FOUND,
-               "unknown backend '" + spec + "': no " + file + " in the plugin search path. " +
-                   "Available backends: " + (available.empty() ? "none" : available) +
-                   ". Searched: " + (searched.empty() ? "nothing" : searched) +
-                   " (HVD_PLUGIN_PATH adds directories; HVD_BACKEND may also be a file path)");
+  return error(
+      HVD_ERR_NOT_FOUND,
+      "unknown backend '" + spec + "': no " + file + " in the plugin search path. " +
+          "Available backends: " +
+          (available.empty()
+               ? "none"
+               : available + " (named by their files, not loaded: hvd-info says which work)") +
+          ". Searched: " + (searched.empty() ? "nothing" : searched) +
+          " (HVD_PLUGIN_PATH adds directories; HVD_BACKEND may also be a file path)");
 }
 
 std::string capabilities_to_string(uint64_t capabilities) {

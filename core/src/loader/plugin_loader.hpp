@@ -78,12 +78,24 @@ Result<Plugin> plugin_from_table(const fs::path& file, const hvd_backend_v1* tab
 // no entry symbol, ABI major mismatch naming both versions, malformed table).
 Result<Plugin> load_plugin(const fs::path& file);
 
-// Every libhvd-backend-*.so in `dirs` (first occurrence of a name wins), loaded or with the
-// reason it failed.
+// Every libhvd-backend-*.so in `dirs`, in search order and by name within a directory; a file
+// name already found in an earlier directory is shadowed and left out. Nothing is loaded.
+std::vector<fs::path> find_plugin_files(const std::vector<fs::path>& dirs);
+
+// "gloo" for ".../libhvd-backend-gloo.so": the backend a plugin file provides, by the naming rule.
+std::string backend_name_of(const fs::path& file);
+
+// Every plugin find_plugin_files finds, loaded in this process, or with the reason it failed. A
+// plugin that crashes while loading takes this process with it: hvd-info loads each in a child
+// process instead (core/tools/hvd_info.cpp).
 PluginScan scan_plugins(const std::vector<fs::path>& dirs);
 
 // `spec` is a backend name (looked up in `dirs`) or a path containing '/'. An unknown name is
-// HVD_ERR_NOT_FOUND with the backends that exist and the directories searched.
+// HVD_ERR_NOT_FOUND with the backends whose files exist and the directories searched. Those
+// backends are named by their files, not loaded: loading them to list them would run every
+// plugin's code in the application, where one that crashes would take the application down with
+// it, and probing them in a child instead (fork, then dlopen in the child) is not safe in a
+// multithreaded application. The message points to hvd-info, which says which of them work.
 Result<Plugin> resolve_backend(const std::string& spec, const std::vector<fs::path>& dirs);
 
 // "host,cuda,allgatherv" for hvd-info and messages.
