@@ -10,9 +10,32 @@
  * with MPI and NCCL). They are blocking for host memory, and for CUDA memory on a backend that
  * takes host memory only (hvd stages it through host memory, after the work queued on the
  * placement's stream); on a backend that takes CUDA memory they are ordered on that stream. A
- * communicator may be used by one thread at a time. Configuration comes from the environment:
- * HVD_BACKEND, HVD_PLUGIN_PATH, HVD_TIMEOUT, HVD_RENDEZVOUS_ADDR, HVD_SECRET,
- * HVD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (set by hvdrun) — see README.md. */
+ * communicator may be used by one thread at a time (hvd_comm_abort and the asynchronous calls
+ * excepted). Configuration comes from the environment: HVD_BACKEND, HVD_PLUGIN_PATH,
+ * HVD_TIMEOUT, HVD_CHECK_ARGS, HVD_RENDEZVOUS_ADDR, HVD_SECRET, HVD_RANK/SIZE/LOCAL_RANK/
+ * LOCAL_SIZE (set by hvdrun) — see README.md.
+ *
+ * Failures (docs/reliability.md):
+ *  - HVD_TIMEOUT (seconds, default 30) bounds every blocking call from its entry, plus a margin
+ *    of 1 s: a call that has not completed by then fails with HVD_ERR_TIMEOUT naming what it
+ *    waited for, and hvd aborts the communicator. It does not bound how long an asynchronous
+ *    request waits for the other ranks to submit its name (that is the stall inspector's:
+ *    HVD_STALL_CHECK_TIME_SECONDS, HVD_STALL_SHUTDOWN_TIME_SECONDS).
+ *  - A backend error, a timeout or hvd_comm_abort breaks the communicator: every call in flight
+ *    and every later one fails with the error that broke it, and hvd_finalize reports it.
+ *    Errors hvd finds itself (bad arguments, ranks that disagree) fail that call only.
+ *  - Without HVD_CHECK_ARGS=1, ranks that pass different dtypes, counts, ops or roots to a
+ *    blocking collective before the first asynchronous call MAY CORRUPT DATA SILENTLY (the backend
+ *    moves bytes as each rank describes them, as MPI and NCCL do), and a call that is invalid
+ *    on one rank only leaves the others to time out. HVD_CHECK_ARGS=1 compares every blocking
+ *    call's arguments across the ranks first (one small allgather per call: see
+ *    docs/performance.md for its cost) and fails a mismatch with HVD_ERR_MISMATCH, or a call
+ *    invalid on one rank with that rank's error, on every rank alike. Once the scheduler runs
+ *    (below), every call is checked this way anyway.
+ *
+ * Handles: an hvd_comm* is valid from hvd_init until hvd_finalize, an hvd_request* until
+ * hvd_request_free. A finalized, freed or made-up handle gets HVD_ERR_STATE (hvd_rank and the
+ * like return -1 or 0), never a crash: handles are looked up, not trusted. */
 #ifndef HVD_HVD_H
 #define HVD_HVD_H
 
@@ -59,8 +82,17 @@ typedef struct hvd_placement {
 /* Load the backend, join the job's other ranks, and create a communicator over all of them.
  * Collective. Fails with the same message on every rank when the ranks disagree on the backend. */
 HVD_API hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm);
-/* Release the communicator. Collective. NULL is accepted and ignored. */
+/* Release the communicator. Collective while it is healthy; once broken (a failure, a timeout,
+ * hvd_comm_abort) it releases this rank's side alone and returns the error that broke it.
+ * Bounded by HVD_TIMEOUT too. The handle is invalid afterwards, whatever the status. NULL is
+ * accepted and ignored. */
 HVD_API hvd_status hvd_finalize(hvd_comm* comm);
+/* Break the communicator from any thread, now: a call in progress on another thread returns
+ * (HVD_ERR_STATE, or HVD_ERR_TIMEOUT where a backend without abort could only be walked away
+ * from), every request in flight fails, and every later call but hvd_finalize fails with
+ * "aborted by the application". Not collective: peers learn it as a failure of their own calls.
+ * Idempotent. hvd_finalize is still needed to release it. */
+HVD_API hvd_status hvd_comm_abort(hvd_comm* comm);
 
 HVD_API int hvd_rank(const hvd_comm* comm);                      /* -1 for NULL */
 HVD_API int hvd_size(const hvd_comm* comm);                      /* -1 for NULL */

@@ -1,33 +1,59 @@
 // The public C API (hvd.h): a thin hourglass over Communicator. No exception crosses it.
+#include <atomic>
+#include <cctype>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <optional>
 #include <string>
 
-#include <atomic>
-#include <mutex>
-
+#include "api/handles.hpp"
 #include "comm/communicator.hpp"
 #include "hvd/hvd.h"
 #include "scheduler/scheduler.hpp"
 
-// Members are destroyed in reverse: the scheduler stops before the backend it runs on.
-struct hvd_comm {
-  std::unique_ptr<hvd::core::Communicator> impl;
-  std::unique_ptr<hvd::core::Communicator> controller;  // negotiation, when impl cannot carry it
-  std::mutex scheduler_mutex;                           // guards starting the scheduler
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using hvd::core::Communicator;
+using hvd::core::OpType;
+using hvd::core::Submission;
+
+// What an hvd_comm handle names. Members are destroyed in reverse: the scheduler stops before
+// the backends it runs on.
+struct CommState {
+  std::unique_ptr<Communicator> impl;
+  std::unique_ptr<Communicator> controller;  // negotiation and checks, when impl cannot carry them
+  std::mutex scheduler_mutex;                // guards starting the scheduler and the controller
   std::unique_ptr<hvd::core::Scheduler> scheduler;
   std::atomic<bool> scheduled{false};       // set once the scheduler runs every collective
   std::atomic<uint64_t> blocking_calls{0};  // names blocking calls once they go through it
+  bool check_args = false;                  // HVD_CHECK_ARGS: blocking calls compared first
+  uint64_t checked_calls = 0;               // numbers them (the caller's thread only)
+
+  // How long a blocking hvd_* call may take, from its entry.
+  Clock::duration limit() const { return impl->timeout() + Communicator::kMargin; }
 };
 
-// A request is the completion itself, holding the caller's reference until hvd_request_free:
-// one allocation per operation, not two.
-namespace {
+hvd::core::HandleTable<CommState>& comms() {
+  static auto* const table = new hvd::core::HandleTable<CommState>;  // outlives every caller
+  return *table;
+}
+hvd::core::HandleTable<hvd::core::Completion>& requests() {
+  static auto* const table = new hvd::core::HandleTable<hvd::core::Completion>;
+  return *table;
+}
 
 hvd_request* request_of(std::shared_ptr<hvd::core::Completion> completion) {
-  return reinterpret_cast<hvd_request*>(hvd::core::Completion::hold(std::move(completion)));
+  return reinterpret_cast<hvd_request*>(requests().insert(std::move(completion)));
 }
-hvd::core::Completion* completion_of(hvd_request* request) {
-  return reinterpret_cast<hvd::core::Completion*>(request);
+std::shared_ptr<hvd::core::Completion> completion_of(hvd_request* request) {
+  return requests().find(reinterpret_cast<uintptr_t>(request));
+}
+std::shared_ptr<CommState> state_of(const hvd_comm* comm) {
+  return comms().find(reinterpret_cast<uintptr_t>(comm));
 }
 
 // The calling thread's last error. The success path only reads a flag with the cheapest TLS
@@ -59,9 +85,15 @@ hvd_status guarded(Fn&& fn) noexcept {
   }
 }
 
-hvd::Status require(const hvd_comm* comm) {
-  return comm != nullptr && comm->impl ? hvd::Status::success()
-                                       : hvd::error(HVD_ERR_INVALID_ARGUMENT, "comm is NULL");
+// The communicator a handle names, kept alive for the call.
+hvd::Result<std::shared_ptr<CommState>> require(const hvd_comm* comm) {
+  if (comm == nullptr) return hvd::error(HVD_ERR_INVALID_ARGUMENT, "comm is NULL");
+  std::shared_ptr<CommState> state = state_of(comm);
+  if (!state) {
+    return hvd::error(HVD_ERR_STATE,
+                      "comm is not a live communicator (finalized already, or never made)");
+  }
+  return state;
 }
 
 // A struct the application filled in: its struct_size must cover at least the struct's 1.0
@@ -88,9 +120,6 @@ hvd::Result<hvd_collective_args> make_args(const void* sendbuf, void* recvbuf, u
   return args;
 }
 
-using hvd::core::OpType;
-using hvd::core::Submission;
-
 // A barrier once the scheduler runs: a one-element allreduce in a dtype and op the backend
 // takes (token holds any of them).
 hvd_collective_args barrier_args(const hvd::core::Plugin& plugin, uint64_t* token) {
@@ -99,34 +128,53 @@ hvd_collective_args barrier_args(const hvd::core::Plugin& plugin, uint64_t* toke
   return args;
 }
 
+// A broken communicator fails every call with the error that broke it (its controller's too).
+hvd::Status usable(CommState& c) {
+  HVD_RETURN_IF_ERROR(c.impl->health());
+  std::lock_guard<std::mutex> lock(c.scheduler_mutex);
+  return c.controller ? c.controller->health() : hvd::Status::success();
+}
+
+// What carries host bytes between the ranks for hvd itself (negotiation, argument checks): the
+// backend, or where it cannot (NCCL has no host memory; a plugin may lack the dtypes or the op
+// negotiation needs) a controller backend (HVD_CONTROLLER, default gloo), made on first use on
+// every rank alike. Under scheduler_mutex.
+hvd::Result<Communicator*> controller_locked(CommState& c, const hvd::core::EnvLookup& env) {
+  const hvd::core::Plugin& plugin = c.impl->plugin();
+  if (hvd::core::Scheduler::can_negotiate_over(plugin.capabilities, plugin.dtypes,
+                                               plugin.reduce_ops)) {
+    return c.impl.get();
+  }
+  if (!c.controller) {
+    hvd::core::CommOptions controller;
+    controller.backend = hvd::core::knob(env, "CONTROLLER").value_or("gloo");
+    controller.timeout = c.impl->timeout();
+    controller.purpose = "the controller of " + plugin.name;
+    HVD_ASSIGN_OR_RETURN(c.controller, Communicator::create(controller, env));
+  }
+  return c.controller.get();
+}
+
 // The scheduler of `comm`, started on first use (HVD_CYCLE_TIME and friends read then).
-hvd::Result<hvd::core::Scheduler*> scheduler_of(hvd_comm* comm) {
-  if (comm->scheduled.load(std::memory_order_acquire)) return comm->scheduler.get();
-  std::lock_guard<std::mutex> lock(comm->scheduler_mutex);
-  if (!comm->scheduler) {
+hvd::Result<hvd::core::Scheduler*> scheduler_of(CommState& c) {
+  if (c.scheduled.load(std::memory_order_acquire)) return c.scheduler.get();
+  std::lock_guard<std::mutex> lock(c.scheduler_mutex);
+  if (!c.scheduler) {
     const hvd::core::EnvLookup env = hvd::core::process_env();
     HVD_ASSIGN_OR_RETURN(auto options, hvd::core::SchedulerOptions::from_env(env));
-    // Negotiation moves host bytes: a backend that cannot carry it (NCCL has no host memory; a
-    // plugin may lack the dtypes or the op it needs) negotiates through a controller backend
-    // (HVD_CONTROLLER, default gloo), made now on every rank alike.
-    hvd::core::Collectives* control = comm->impl.get();
-    const hvd::core::Plugin& plugin = comm->impl->plugin();
-    if (!hvd::core::Scheduler::can_negotiate_over(plugin.capabilities, plugin.dtypes,
-                                                  plugin.reduce_ops)) {
-      hvd::core::CommOptions controller;
-      controller.backend = hvd::core::knob(env, "CONTROLLER").value_or("gloo");
-      controller.purpose = "the controller of " + comm->impl->plugin().name;
-      HVD_ASSIGN_OR_RETURN(comm->controller, hvd::core::Communicator::create(controller, env));
-      control = comm->controller.get();
-    }
-    HVD_ASSIGN_OR_RETURN(comm->scheduler,
-                         hvd::core::Scheduler::start(*comm->impl, *control, std::move(options)));
-    comm->scheduled.store(true, std::memory_order_release);
+    HVD_ASSIGN_OR_RETURN(Communicator * control, controller_locked(c, env));
+    HVD_ASSIGN_OR_RETURN(c.scheduler,
+                         hvd::core::Scheduler::start(*c.impl, *control, std::move(options)));
+    c.scheduled.store(true, std::memory_order_release);
   }
-  return comm->scheduler.get();
+  return c.scheduler.get();
 }
 
 // One tensor of the C API into *s, checked for what the C side alone can get wrong.
+hvd::Status unknown_request() {
+  return hvd::error(HVD_ERR_STATE, "request is not a live request (freed already, or never made)");
+}
+
 hvd::Status submission_of(const hvd_tensor& t, Submission* s) {
   HVD_RETURN_IF_ERROR(check_size(t.struct_size, HVD_TENSOR_SIZE_1_0, "hvd_tensor"));
   if (t.collective < HVD_COLLECTIVE_ALLREDUCE || t.collective > HVD_COLLECTIVE_BROADCAST) {
@@ -159,21 +207,22 @@ hvd::Status submission_of(const hvd_tensor& t, Submission* s) {
 
 hvd::Status enqueue(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
                     hvd_request** requests) {
-  HVD_RETURN_IF_ERROR(require(comm));
+  HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
+  HVD_RETURN_IF_ERROR(usable(*c));
   if (requests == nullptr || (count > 0 && tensors == nullptr)) {
     return hvd::error(HVD_ERR_INVALID_ARGUMENT, "tensors or requests is NULL");
   }
   if (count == 1) {  // every hvd_*_async call: no group to build
     Submission s;
     HVD_RETURN_IF_ERROR(submission_of(tensors[0], &s));
-    HVD_ASSIGN_OR_RETURN(hvd::core::Scheduler * scheduler, scheduler_of(comm));
+    HVD_ASSIGN_OR_RETURN(hvd::core::Scheduler * scheduler, scheduler_of(*c));
     HVD_ASSIGN_OR_RETURN(auto completion, scheduler->submit(std::move(s)));
     requests[0] = request_of(std::move(completion));
     return hvd::Status::success();
   }
   std::vector<Submission> group(count);
   for (size_t i = 0; i < count; ++i) HVD_RETURN_IF_ERROR(submission_of(tensors[i], &group[i]));
-  HVD_ASSIGN_OR_RETURN(hvd::core::Scheduler * scheduler, scheduler_of(comm));
+  HVD_ASSIGN_OR_RETURN(hvd::core::Scheduler * scheduler, scheduler_of(*c));
   HVD_ASSIGN_OR_RETURN(auto completions, scheduler->submit_group(std::move(group)));
   for (size_t i = 0; i < count; ++i) requests[i] = request_of(std::move(completions[i]));
   return hvd::Status::success();
@@ -196,11 +245,26 @@ hvd_tensor tensor_of(hvd_collective collective, const char* name, const void* se
   return t;
 }
 
+std::string seconds_text(Clock::duration d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", std::chrono::duration<double>(d).count());
+  return text;
+}
+
+// Breaks the communicator and its controller with `why`: calls in progress return, and every
+// later one, and everything the scheduler holds, fails with it.
+void abort_comm(CommState& c, const hvd::Status& why) {
+  c.impl->abort(why);
+  std::lock_guard<std::mutex> lock(c.scheduler_mutex);
+  if (c.controller) c.controller->abort(why);
+}
+
 // A blocking collective once the scheduler runs: submitted under a name every rank derives
-// alike (the n-th blocking call), then waited for.
-hvd::Status through_scheduler(hvd_comm* comm, OpType type, const hvd_collective_args& a) {
+// alike (the n-th blocking call), then waited for, no longer than the call's limit from `entry`.
+hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
+                              const hvd_collective_args& a, Clock::time_point entry) {
   Submission s;
-  s.name = "hvd.blocking." + std::to_string(comm->blocking_calls++);
+  s.name = "hvd.blocking." + std::to_string(c.blocking_calls++);
   s.send = a.sendbuf;
   s.recv = a.recvbuf;
   s.spec.type = type;
@@ -212,25 +276,182 @@ hvd::Status through_scheduler(hvd_comm* comm, OpType type, const hvd_collective_
   s.spec.device = a.device;
   s.stream = a.stream;
   if (a.recv_counts != nullptr) {  // allgatherv: recv holds the counts' sum
-    const int size = comm->impl->world().size;
+    const int size = c.impl->world().size;
     uint64_t total = 0;
     for (int r = 0; r < size; ++r) {
       if (__builtin_add_overflow(total, a.recv_counts[r], &total)) {
-        return hvd::error(HVD_ERR_INVALID_ARGUMENT, "allgatherv: recv_counts overflow");
+        total = UINT64_MAX;  // fails the tensor's checks, on every rank
+        break;
       }
     }
     s.spec.output_capacity = total;
   }
-  HVD_ASSIGN_OR_RETURN(auto completion, comm->scheduler->submit(std::move(s)));
-  return completion->wait(std::chrono::duration<double>(-1));
+  const std::string name = s.name;
+  HVD_ASSIGN_OR_RETURN(auto completion, c.scheduler->submit(std::move(s)));
+  const Clock::time_point deadline = entry + c.limit();
+  const hvd::Status done = completion->wait(deadline - Clock::now());
+  if (completion->done()) return done;
+  // Some rank never made this call, or the backend is stuck: abort, so that the scheduler lets
+  // go of the buffers before this call returns, and every rank learns.
+  const hvd::Status why = hvd::error(
+      HVD_ERR_TIMEOUT,
+      std::string(api) + " (blocking call '" + name + "') did not complete within HVD_TIMEOUT (" +
+          seconds_text(c.impl->timeout()) + ") + " + seconds_text(Communicator::kMargin) +
+          ": not every rank made it, or the backend did not return; the "
+          "communicator was aborted");
+  abort_comm(c, why);
+  (void)completion->wait(c.limit());
+  return why;
 }
 
-// The collective on the backend directly, or through the scheduler once it runs.
-template <typename Direct>
-hvd::Status collective(hvd_comm* comm, OpType type, const hvd_collective_args& args,
-                       Direct&& direct) {
-  if (comm->scheduled.load(std::memory_order_acquire)) return through_scheduler(comm, type, args);
-  return direct();
+// HVD_CHECK_ARGS: what each rank is about to call, compared before anyone calls it.
+struct ArgsRecord {
+  uint64_t sequence;  // the n-th checked call: ranks out of step show here too
+  int32_t type;       // OpType
+  int32_t dtype;
+  uint64_t count;  // this rank's
+  int32_t op;      // allreduce
+  int32_t root;    // broadcast
+  int32_t memory;
+  int32_t error_code;    // this rank's own checks failed: with `error`
+  uint64_t counts_hash;  // allgatherv: its recv_counts
+  char error[216];
+};
+static_assert(sizeof(ArgsRecord) == 264 && sizeof(ArgsRecord) % 8 == 0, "a fixed, padded record");
+
+std::string call_text(const ArgsRecord& r) {
+  std::string text = hvd::core::op_type_name(static_cast<OpType>(r.type));
+  for (char& ch : text) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  text += " of " + std::to_string(r.count) + " " + hvd_dtype_name(static_cast<hvd_dtype>(r.dtype));
+  if (r.type == static_cast<int32_t>(OpType::kAllreduce)) {
+    text += std::string(" (") + hvd_reduce_op_name(static_cast<hvd_reduce_op>(r.op)) + ")";
+  }
+  if (r.type == static_cast<int32_t>(OpType::kBroadcast))
+    text += " from root " + std::to_string(r.root);
+  if (r.counts_hash != 0) text += " with recv_counts " + std::to_string(r.counts_hash);
+  if (r.memory == HVD_MEMORY_CUDA) text += " in CUDA memory";
+  return text;
+}
+
+// Every rank's record of this call; the same verdict on every rank.
+hvd::Status check_args(CommState& c, OpType type, const hvd_collective_args& a,
+                       const hvd::Status& mine) {
+  ArgsRecord record{};
+  record.sequence = c.checked_calls++;
+  record.type = static_cast<int32_t>(type);
+  record.dtype = a.dtype;
+  record.count = a.count;
+  record.op = type == OpType::kAllreduce ? a.op : 0;
+  record.root = type == OpType::kBroadcast ? a.root : 0;
+  record.memory = a.memory_type;
+  const int size = c.impl->world().size;
+  if (a.recv_counts != nullptr) {  // FNV-1a of the counts: every rank passes the same array
+    uint64_t hash = 1469598103934665603ull;
+    for (int r = 0; r < size; ++r) hash = (hash ^ a.recv_counts[r]) * 1099511628211ull;
+    record.counts_hash = hash == 0 ? 1 : hash;
+    record.count = 0;  // each rank's own count differs
+  }
+  if (!mine.ok()) {
+    record.error_code = mine.code();
+    std::snprintf(record.error, sizeof record.error, "%s", mine.message().c_str());
+  }
+  Communicator* carrier = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(c.scheduler_mutex);
+    HVD_ASSIGN_OR_RETURN(carrier, controller_locked(c, hvd::core::process_env()));
+  }
+  std::vector<ArgsRecord> all(static_cast<size_t>(size));
+  HVD_RETURN_IF_ERROR(
+      carrier->allgather(carrier->control_args(&record, all.data(), sizeof record))
+          .with_context("checking the arguments of a blocking call (HVD_CHECK_ARGS)"));
+  for (int r = 0; r < size; ++r) {
+    const ArgsRecord& theirs = all[static_cast<size_t>(r)];
+    if (theirs.error_code != 0) {
+      const bool known =
+          theirs.error_code > HVD_SUCCESS && theirs.error_code <= HVD_ERR_IN_PROGRESS;
+      return hvd::error(known ? static_cast<hvd_status>(theirs.error_code) : HVD_ERR_REMOTE,
+                        "the call failed on rank " + std::to_string(r) + ": " +
+                            std::string(theirs.error, strnlen(theirs.error, sizeof theirs.error)));
+    }
+  }
+  for (int r = 1; r < size; ++r) {
+    ArgsRecord first = all[0];
+    ArgsRecord theirs = all[static_cast<size_t>(r)];
+    std::memset(first.error, 0, sizeof first.error);
+    std::memset(theirs.error, 0, sizeof theirs.error);
+    if (std::memcmp(&first, &theirs, sizeof first) == 0) continue;
+    if (first.sequence != theirs.sequence) {
+      return hvd::error(HVD_ERR_MISMATCH,
+                        "Mismatched blocking collectives (HVD_CHECK_ARGS): rank 0 is at its "
+                        "checked call " +
+                            std::to_string(first.sequence) + ", but rank " + std::to_string(r) +
+                            " at its call " + std::to_string(theirs.sequence));
+    }
+    return hvd::error(HVD_ERR_MISMATCH,
+                      "Mismatched blocking collectives (HVD_CHECK_ARGS): rank 0 "
+                      "called " +
+                          call_text(first) + ", but rank " + std::to_string(r) + " called " +
+                          call_text(theirs) + ".");
+  }
+  return hvd::Status::success();
+}
+
+// Until it goes, no backend call of the blocking hvd_* call it serves runs past that call's limit.
+class Bounded {
+ public:
+  Bounded(Communicator& comm, Clock::time_point deadline, const char* api) : comm_(comm) {
+    comm_.bound_calls_until(deadline, api);
+  }
+  ~Bounded() { comm_.bound_calls_until(std::nullopt, ""); }
+  Bounded(const Bounded&) = delete;
+  Bounded& operator=(const Bounded&) = delete;
+
+ private:
+  Communicator& comm_;
+};
+
+// A blocking collective: on the backend directly, or through the scheduler once it runs.
+// `check` is the communicator's own check of the arguments, `direct` the call.
+template <typename Check, typename Direct>
+hvd::Status collective(const hvd_comm* comm, const char* api, OpType type,
+                       const hvd_collective_args& args, Check&& check, Direct&& direct) {
+  const Clock::time_point entry = Clock::now();
+  HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
+  HVD_RETURN_IF_ERROR(usable(*c));
+  if (c->scheduled.load(std::memory_order_acquire)) {
+    return through_scheduler(*c, api, type, args, entry);
+  }
+  const Bounded bounded(*c->impl, entry + c->limit(), api);
+  if (c->check_args) {
+    const hvd::Status mine = check(*c->impl);
+    HVD_RETURN_IF_ERROR(check_args(*c, type, args, mine));
+  }
+  return direct(*c->impl);
+}
+
+// Every bounded wait of hvd_finalize, in order: the scheduler's last cycle (aborted if it
+// overruns), then the controller's and the backend's release.
+hvd::Status finalize(CommState& c) {
+  const Clock::time_point deadline = Clock::now() + c.limit();
+  std::optional<hvd::Status> failure;
+  if (c.scheduler) {
+    if (!c.scheduler->stop_by(deadline)) {
+      abort_comm(c, hvd::error(HVD_ERR_TIMEOUT,
+                               "hvd_finalize: the scheduler's last cycle did not end within "
+                               "HVD_TIMEOUT (" +
+                                   seconds_text(c.impl->timeout()) + ") + " +
+                                   seconds_text(Communicator::kMargin) +
+                                   ": the communicator was aborted"));
+    }
+    failure = c.scheduler->failure();
+    c.scheduler.reset();  // joins: every backend call it makes now returns within its limit
+  }
+  // A stall shutdown or a failed collective ended the scheduler on every rank: release alone,
+  // and report it.
+  if (failure) abort_comm(c, *failure);
+  const hvd::Status controller = c.controller ? c.controller->finalize() : hvd::Status::success();
+  const hvd::Status backend = c.impl->finalize();
+  return !backend.ok() ? backend : controller;
 }
 
 }  // namespace
@@ -251,91 +472,143 @@ hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm) {
             static_cast<int64_t>(std::ceil(options->timeout_seconds * 1000)));
       }
     }
-    HVD_ASSIGN_OR_RETURN(auto impl,
-                         hvd::core::Communicator::create(opts, hvd::core::process_env()));
-    *comm = new hvd_comm{std::move(impl)};
+    const hvd::core::EnvLookup env = hvd::core::process_env();
+    const std::string check = hvd::core::knob(env, "CHECK_ARGS").value_or("0");
+    if (check != "0" && check != "1") {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "HVD_CHECK_ARGS='" + check + "' is not 0 or 1");
+    }
+    HVD_ASSIGN_OR_RETURN(auto impl, Communicator::create(opts, env));
+    auto state = std::make_shared<CommState>();
+    state->impl = std::move(impl);
+    state->check_args = check == "1";
+    *comm = reinterpret_cast<hvd_comm*>(comms().insert(std::move(state)));
     return hvd::Status::success();
   });
 }
 
 hvd_status hvd_finalize(hvd_comm* comm) {
-  return guarded([&] {
-    delete comm;
+  return guarded([&]() -> hvd::Status {
+    if (comm == nullptr) return hvd::Status::success();
+    const std::shared_ptr<CommState> c = comms().remove(reinterpret_cast<uintptr_t>(comm));
+    if (!c) {
+      return hvd::error(HVD_ERR_STATE,
+                        "hvd_finalize: comm is not a live communicator (finalized already, or "
+                        "never made)");
+    }
+    return finalize(*c);
+  });
+}
+
+hvd_status hvd_comm_abort(hvd_comm* comm) {
+  return guarded([&]() -> hvd::Status {
+    HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
+    abort_comm(*c, hvd::error(HVD_ERR_STATE,
+                              "the communicator was aborted by the application (hvd_comm_abort)"));
     return hvd::Status::success();
   });
 }
 
-int hvd_rank(const hvd_comm* comm) { return comm ? comm->impl->world().rank : -1; }
-int hvd_size(const hvd_comm* comm) { return comm ? comm->impl->world().size : -1; }
-int hvd_local_rank(const hvd_comm* comm) { return comm ? comm->impl->world().local_rank : -1; }
-int hvd_local_size(const hvd_comm* comm) { return comm ? comm->impl->world().local_size : -1; }
-uint64_t hvd_backend_capabilities(const hvd_comm* comm) {
-  return comm ? comm->impl->plugin().capabilities : 0;
+int hvd_rank(const hvd_comm* comm) {
+  const auto c = state_of(comm);
+  return c ? c->impl->world().rank : -1;
 }
-uint64_t hvd_backend_dtypes(const hvd_comm* comm) { return comm ? comm->impl->plugin().dtypes : 0; }
+int hvd_size(const hvd_comm* comm) {
+  const auto c = state_of(comm);
+  return c ? c->impl->world().size : -1;
+}
+int hvd_local_rank(const hvd_comm* comm) {
+  const auto c = state_of(comm);
+  return c ? c->impl->world().local_rank : -1;
+}
+int hvd_local_size(const hvd_comm* comm) {
+  const auto c = state_of(comm);
+  return c ? c->impl->world().local_size : -1;
+}
+uint64_t hvd_backend_capabilities(const hvd_comm* comm) {
+  const auto c = state_of(comm);
+  return c ? c->impl->plugin().capabilities : 0;
+}
+uint64_t hvd_backend_dtypes(const hvd_comm* comm) {
+  const auto c = state_of(comm);
+  return c ? c->impl->plugin().dtypes : 0;
+}
 uint64_t hvd_backend_reduce_ops(const hvd_comm* comm) {
-  return comm ? comm->impl->plugin().reduce_ops : 0;
+  const auto c = state_of(comm);
+  return c ? c->impl->plugin().reduce_ops : 0;
 }
 const char* hvd_backend_name(const hvd_comm* comm) {
-  return comm ? comm->impl->plugin().name.c_str() : "";
+  const auto c = state_of(comm);  // the plugin's name lives as long as the process
+  return c ? c->impl->plugin().name.c_str() : "";
 }
 
 hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
                          hvd_dtype dtype, hvd_reduce_op op, const hvd_placement* placement) {
   return guarded([&] {
-    HVD_RETURN_IF_ERROR(require(comm));
     HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
                          make_args(sendbuf, recvbuf, count, dtype, placement));
     args.op = op;
-    return collective(comm, OpType::kAllreduce, args, [&] { return comm->impl->allreduce(args); });
+    return collective(
+        comm, "hvd_allreduce", OpType::kAllreduce, args,
+        [&](Communicator& c) { return c.check_allreduce(args); },
+        [&](Communicator& c) { return c.allreduce(args); });
   });
 }
 
 hvd_status hvd_allgather(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
                          hvd_dtype dtype, const hvd_placement* placement) {
   return guarded([&] {
-    HVD_RETURN_IF_ERROR(require(comm));
     HVD_ASSIGN_OR_RETURN(const hvd_collective_args args,
                          make_args(sendbuf, recvbuf, count, dtype, placement));
-    return collective(comm, OpType::kAllgather, args, [&] { return comm->impl->allgather(args); });
+    return collective(
+        comm, "hvd_allgather", OpType::kAllgather, args,
+        [&](Communicator& c) { return c.check_allgather(args); },
+        [&](Communicator& c) { return c.allgather(args); });
   });
 }
 
 hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
                           const uint64_t* recv_counts, hvd_dtype dtype,
                           const hvd_placement* placement) {
-  return guarded([&] {
-    HVD_RETURN_IF_ERROR(require(comm));
+  return guarded([&]() -> hvd::Status {
     if (recv_counts == nullptr)
       return hvd::error(HVD_ERR_INVALID_ARGUMENT, "allgatherv: recv_counts is NULL");
+    const int rank = hvd_rank(comm);
     HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
                          make_args(sendbuf, recvbuf, 0, dtype, placement));
-    args.count = recv_counts[comm->impl->world().rank];
+    args.count = rank >= 0 ? recv_counts[rank] : 0;
     args.recv_counts = recv_counts;
-    return collective(comm, OpType::kAllgather, args, [&] { return comm->impl->allgather(args); });
+    return collective(
+        comm, "hvd_allgatherv", OpType::kAllgather, args,
+        [&](Communicator& c) { return c.check_allgather(args); },
+        [&](Communicator& c) { return c.allgather(args); });
   });
 }
 
 hvd_status hvd_broadcast(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
                          hvd_dtype dtype, int root, const hvd_placement* placement) {
   return guarded([&] {
-    HVD_RETURN_IF_ERROR(require(comm));
     HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
                          make_args(sendbuf, recvbuf, count, dtype, placement));
     args.root = root;
-    return collective(comm, OpType::kBroadcast, args, [&] { return comm->impl->broadcast(args); });
+    return collective(
+        comm, "hvd_broadcast", OpType::kBroadcast, args,
+        [&](Communicator& c) { return c.check_broadcast(args); },
+        [&](Communicator& c) { return c.broadcast(args); });
   });
 }
 
 hvd_status hvd_barrier(hvd_comm* comm) {
-  return guarded([&] {
-    HVD_RETURN_IF_ERROR(require(comm));
-    if (comm->scheduled.load(std::memory_order_acquire)) {
+  return guarded([&]() -> hvd::Status {
+    const Clock::time_point entry = Clock::now();
+    HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
+    HVD_RETURN_IF_ERROR(usable(*c));
+    if (c->scheduled.load(std::memory_order_acquire)) {
       uint64_t token = 0;  // a one-element allreduce, in the scheduler's order
-      return through_scheduler(comm, OpType::kAllreduce,
-                               barrier_args(comm->impl->plugin(), &token));
+      return through_scheduler(*c, "hvd_barrier", OpType::kAllreduce,
+                               barrier_args(c->impl->plugin(), &token), entry);
     }
-    return comm->impl->barrier();
+    const Bounded bounded(*c->impl, entry + c->limit(), "hvd_barrier");
+    return c->impl->barrier();
   });
 }
 
@@ -384,7 +657,9 @@ hvd_status hvd_request_poll(hvd_request* request, int* done) {
     if (request == nullptr || done == nullptr) {
       return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request or done is NULL");
     }
-    *done = completion_of(request)->done() ? 1 : 0;
+    const auto completion = completion_of(request);
+    if (!completion) return unknown_request();
+    *done = completion->done() ? 1 : 0;
     return hvd::Status::success();
   });
 }
@@ -392,7 +667,9 @@ hvd_status hvd_request_poll(hvd_request* request, int* done) {
 hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds) {
   return guarded([&] {
     if (request == nullptr) return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request is NULL");
-    return completion_of(request)->wait(std::chrono::duration<double>(timeout_seconds));
+    const auto completion = completion_of(request);
+    if (!completion) return unknown_request();
+    return completion->wait(std::chrono::duration<double>(timeout_seconds));
   });
 }
 
@@ -401,24 +678,27 @@ hvd_status hvd_request_output(hvd_request* request, void** data, int64_t* first_
     if (request == nullptr || data == nullptr || first_dim == nullptr) {
       return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request, data or first_dim is NULL");
     }
-    return completion_of(request)->output(data, first_dim);
+    const auto completion = completion_of(request);
+    if (!completion) return unknown_request();
+    return completion->output(data, first_dim);
   });
 }
 
 void hvd_request_free(hvd_request* request) {
-  if (request != nullptr) hvd::core::Completion::release(completion_of(request));
+  // An unknown handle is ignored: there is no status to report it with.
+  if (request != nullptr) (void)requests().remove(reinterpret_cast<uintptr_t>(request));
 }
 
 hvd_status hvd_scheduler_stats_get(hvd_comm* comm, hvd_scheduler_stats* stats) {
   return guarded([&] {
-    HVD_RETURN_IF_ERROR(require(comm));
+    HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
     if (stats == nullptr) return hvd::error(HVD_ERR_INVALID_ARGUMENT, "stats is NULL");
     HVD_RETURN_IF_ERROR(
         check_size(stats->struct_size, HVD_SCHEDULER_STATS_SIZE_1_0, "hvd_scheduler_stats"));
     hvd::core::Scheduler::Stats s;
     {
-      std::lock_guard<std::mutex> lock(comm->scheduler_mutex);
-      if (comm->scheduler) s = comm->scheduler->stats();
+      std::lock_guard<std::mutex> lock(c->scheduler_mutex);
+      if (c->scheduler) s = c->scheduler->stats();
     }
     stats->cycles = s.cycles;
     stats->full_negotiations = s.full_negotiations;

@@ -375,10 +375,10 @@ void Communicator::abort(const Status& why) {
   if (services_) services_->abort();
   runner_.interrupt();
   std::lock_guard<std::mutex> lock(abort_mutex_);
-  if (backend_aborted_ || backend_ == nullptr || plugin_.table->abort == nullptr) return;
+  if (backend_aborted_ || backend_ == nullptr || plugin_.abort == nullptr) return;
   backend_aborted_ = true;
   begin_backend_call();
-  const hvd_status code = plugin_.table->abort(backend_);
+  const hvd_status code = plugin_.abort(backend_);
   if (code != HVD_SUCCESS) {
     log(HVD_LOG_WARNING,
         "abort on backend '" + plugin_.name + "' failed: " + backend_call_message(code));
@@ -456,7 +456,7 @@ Status Communicator::broken_by(const char* what, hvd_status code, const std::str
 Status Communicator::call(Entry entry, const char* what, const hvd_collective_args* args) {
   if (broken_.load(std::memory_order_acquire)) return health();
   Clock::time_point deadline = Clock::now() + timeout_ + kMargin;
-  if (plugin_.table->abort == nullptr) return call_on_runner(entry, what, args, deadline);
+  if (plugin_.abort == nullptr) return call_on_runner(entry, what, args, deadline);
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
     if (entry_deadline_ && *entry_deadline_ < deadline) deadline = *entry_deadline_;

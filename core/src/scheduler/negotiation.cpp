@@ -119,6 +119,8 @@ std::vector<char> serialize(const std::vector<Request>& requests) {
     w.put(s.group);
     w.put(s.group_size);
     w.put(s.output_capacity);
+    w.put_string(r.error);
+    w.put(static_cast<int32_t>(r.error_code));
   }
   return w.take();
 }
@@ -151,6 +153,9 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
         !r.get(&s.output_capacity) || type > 2) {
       return corrupt();
     }
+    int32_t error_code = 0;
+    if (!r.get_string(&req.error) || !r.get(&error_code)) return corrupt();
+    req.error_code = static_cast<hvd_status>(error_code);
     s.type = static_cast<OpType>(type);
     s.dtype = static_cast<hvd_dtype>(dtype);
     s.op = static_cast<hvd_reduce_op>(op);
@@ -245,9 +250,20 @@ std::optional<Response> Negotiator::add(int rank, const Request& request, Clock:
     return failed;
   }
   slot = request.spec;
+  if (!request.error.empty() && partial.error.empty()) {
+    partial.error = "Tensor '" + request.name + "' failed on rank " + std::to_string(rank) + ": " +
+                    request.error;
+    partial.error_code = request.error_code;
+  }
   if (++partial.count < size_) return std::nullopt;
 
   Response response{request.name, *partial.by_rank[static_cast<size_t>(rank_)], "", {}};
+  if (!partial.error.empty()) {
+    response.error = std::move(partial.error);
+    response.error_code = partial.error_code;
+    table_.erase(it);
+    return response;
+  }
   for (int r = 1; r < size_ && response.error.empty(); ++r) {
     response.error = mismatch(request.name, *partial.by_rank[0], *partial.by_rank[r]);
   }

@@ -56,6 +56,10 @@ struct TensorSpec {
 struct Request {
   std::string name;
   TensorSpec spec;
+  // Set when this rank could not submit the tensor (its arguments failed its own checks): the
+  // tensor then fails on every rank with this message, whatever the others sent.
+  std::string error;
+  hvd_status error_code = HVD_SUCCESS;
 };
 
 // Requests as bytes, for the gather.
@@ -73,6 +77,7 @@ struct Response {
   TensorSpec spec;
   std::string error;
   FirstDims first_dims;
+  hvd_status error_code = HVD_ERR_MISMATCH;  // with error
 };
 
 // The replicated coordinator: a message table of partly submitted tensors, and the cache.
@@ -117,6 +122,8 @@ class Negotiator {
     std::vector<std::optional<TensorSpec>> by_rank;
     int count = 0;
     Clock::time_point first_seen;
+    std::string error;  // the first rank's that could not submit it
+    hvd_status error_code = HVD_SUCCESS;
   };
   struct CacheEntry {
     std::string name;

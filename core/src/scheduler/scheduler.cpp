@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <string_view>
@@ -70,6 +71,13 @@ hvd_collective_args args_for(const Submission& s, const void* send, void* recv, 
 bool fuses_with(const TensorSpec& a, const TensorSpec& b) {
   return a.dtype == b.dtype && a.op == b.op && a.memory == b.memory && a.prescale == b.prescale &&
          a.postscale == b.postscale;
+}
+
+// "60", "0.5": seconds as people write them.
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", seconds);
+  return text;
 }
 
 Result<double> number_knob(const EnvLookup& env, const std::string& name, double fallback,
@@ -221,6 +229,17 @@ void Scheduler::shutdown() {
   work_arrived_.notify_one();
 }
 
+bool Scheduler::stop_by(Clock::time_point deadline) {
+  shutdown();
+  std::unique_lock<std::mutex> lock(mutex_);
+  return exited_cv_.wait_until(lock, deadline, [&] { return exited_; });
+}
+
+std::optional<Status> Scheduler::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
+}
+
 Status Scheduler::prepare(Submission& s) const {
   // The message is built only on failure: this runs for every tensor of every step.
   auto invalid = [&](const std::string& why) {
@@ -302,15 +321,25 @@ uint64_t group_id_of(const std::vector<Submission>& group) {
 }  // namespace
 
 Result<std::shared_ptr<Completion>> Scheduler::submit(Submission&& submission) {
-  HVD_RETURN_IF_ERROR(prepare(submission));
+  if (submission.name.empty()) return error(HVD_ERR_INVALID_ARGUMENT, "a tensor needs a name");
+  const Status checked = prepare(submission);
   std::lock_guard<std::mutex> lock(mutex_);
   HVD_RETURN_IF_ERROR(admit_locked(submission.name));
-  return queue_locked(std::move(submission), Clock::now());
+  std::shared_ptr<Completion> completion = queue_locked(std::move(submission), Clock::now());
+  if (checked.ok()) return completion;
+  queue_.back().local_error = checked;
+  completion->complete(checked);
+  return checked;
 }
 
 Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
     std::vector<Submission> group) {
-  for (Submission& s : group) HVD_RETURN_IF_ERROR(prepare(s));
+  Status checked;
+  for (Submission& s : group) {
+    if (s.name.empty()) return error(HVD_ERR_INVALID_ARGUMENT, "a tensor needs a name");
+    const Status mine = prepare(s);
+    if (checked.ok() && !mine.ok()) checked = mine.with_context("in a group");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   std::unordered_set<std::string_view> in_group;
   for (const Submission& s : group) {
@@ -325,7 +354,12 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
     s.spec.group = group_id;
     s.spec.group_size = group_id ? static_cast<uint32_t>(group.size()) : 0;
     out.push_back(queue_locked(std::move(s), now));
+    if (!checked.ok()) {
+      queue_.back().local_error = checked;
+      out.back()->complete(checked);
+    }
   }
+  if (!checked.ok()) return checked;
   return out;
 }
 
@@ -352,6 +386,7 @@ std::shared_ptr<Completion> Scheduler::queue_locked(Submission&& s, Clock::time_
   e.submitted = now;
   e.negotiated = {};
   e.sent = false;
+  e.local_error = Status::success();
   e.elements = e.what.spec.elements();
   e.self = std::prev(queue_.end());  // stays valid when spliced onto pending_
   if (spare_names_.empty()) {
@@ -369,14 +404,33 @@ void Scheduler::loop() {
     const auto start = Clock::now();
     bool stop = false;
     const Status s = run_cycle(&stop);
-    if (!s.ok()) {
-      log(HVD_LOG_ERROR, "scheduler stopped: " + s.message());
-      fail_all(s);
-      return;
-    }
-    if (stop) return;
+    if (!s.ok()) fail_for(s);
+    if (!s.ok() || stop) break;
     wait_for_next_cycle(start);
   }
+  std::lock_guard<std::mutex> lock(mutex_);
+  exited_ = true;
+  exited_cv_.notify_all();
+}
+
+void Scheduler::fail_for(const Status& status) {
+  // The communicators' own error (what broke them first) rather than the step that noticed.
+  Status why = status;
+  for (const Collectives* c : {&data_, &control_}) {
+    const Status health = c->health();
+    if (!health.ok()) {
+      why = health;
+      break;
+    }
+  }
+  log(HVD_LOG_ERROR, "scheduler stopped: " + why.message());
+  data_.abort(why);
+  control_.abort(why);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failure_ = why;
+  }
+  fail_all(why);
 }
 
 void Scheduler::wait_for_next_cycle(Clock::time_point last_start) {
@@ -417,12 +471,16 @@ Status Scheduler::run_cycle(bool* stop) {
     if (e.sent || e.negotiated != Clock::time_point{}) continue;
     const bool waited =
         options_.stall_check.count() > 0 && now - e.submitted > options_.stall_check / 2;
-    const auto bit = waited ? std::nullopt : negotiator_.cached_bit(e.what.name, e.what.spec);
+    const bool failed = !e.local_error.ok();
+    const auto bit =
+        waited || failed ? std::nullopt : negotiator_.cached_bit(e.what.name, e.what.spec);
     if (bit) {
       vote[*bit] = 1;
       voted[*bit] = &e;
     } else {
-      mine.push_back(Request{e.what.name, e.what.spec});  // copied only when it is sent
+      // Copied only when it is sent.
+      mine.push_back(Request{e.what.name, e.what.spec, failed ? e.local_error.message() : "",
+                             e.local_error.code()});
       e.sent = true;
       sent_.emplace(e.what.name, &e);
     }
@@ -447,8 +505,13 @@ Status Scheduler::run_cycle(bool* stop) {
         why += ")";
       }
     }
-    fail_all(error(vote[nbits + 2] == 0 ? HVD_ERR_TIMEOUT : HVD_ERR_STATE,
-                   why + "; this operation was in flight"));
+    const Status stopped = error(vote[nbits + 2] == 0 ? HVD_ERR_TIMEOUT : HVD_ERR_STATE,
+                                 why + "; this operation was in flight");
+    if (vote[nbits + 2] == 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failure_ = stopped;
+    }
+    fail_all(stopped);
     *stop = true;
     return Status::success();
   }
@@ -472,8 +535,10 @@ Status Scheduler::run_cycle(bool* stop) {
   for (Response& r : ready.negotiated) {
     const auto it = sent_.find(r.name);
     if (it == sent_.end()) continue;  // answered already: one verdict per entry, however many
+    // A code from a peer is one of hvd's, or reported as the peer's failure.
+    const bool known = r.error_code > HVD_SUCCESS && r.error_code <= HVD_ERR_IN_PROGRESS;
     verdicts.push_back(Verdict{it->second, r.spec.group, r.spec.group_size, std::move(r.error),
-                               std::move(r.first_dims)});
+                               std::move(r.first_dims), known ? r.error_code : HVD_ERR_REMOTE});
     sent_.erase(it);
   }
   ++cycles_;
@@ -484,7 +549,8 @@ Status Scheduler::run_cycle(bool* stop) {
   stall_check(now);
   if (timeline_ && options_.timeline_mark_cycles) timeline_->mark("CYCLE", now);
   execute(std::move(verdicts));
-  return Status::success();
+  // A data collective that failed broke its communicator: nothing more runs on it.
+  return data_.health();
 }
 
 Result<std::vector<std::vector<Request>>> Scheduler::gather(const std::vector<Request>& mine) {
@@ -525,7 +591,7 @@ void Scheduler::stall_check(Clock::time_point now) {
   std::string text =
       "One or more tensors were submitted to be reduced, gathered or broadcast by a subset of "
       "ranks and have waited for the remaining ranks for more than " +
-      std::to_string(static_cast<int64_t>(options_.stall_check.count())) +
+      seconds_text(options_.stall_check.count()) +
       " seconds. This may mean that different ranks submit different tensors, or that only a "
       "subset of ranks submits tensors, which will deadlock. Missing ranks:";
   for (const auto& [missing, names] : by_missing) {
@@ -573,7 +639,7 @@ void Scheduler::execute(std::vector<Verdict> ready) {
   for (Verdict& v : runnable) {
     Entry& e = *v.entry;
     if (!v.error.empty()) {
-      finish(&e, error(HVD_ERR_MISMATCH, v.error));
+      finish(&e, error(v.error_code, v.error));
       continue;
     }
     const TensorSpec& s = e.what.spec;

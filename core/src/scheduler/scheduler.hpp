@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -116,9 +117,12 @@ class Scheduler {
   }
   ~Scheduler();  // shutdown(), then joins
 
-  // Checks the arguments here (a bad one fails now, on this rank) and queues the tensor.
+  // Checks the arguments here and queues the tensor. A bad one fails now, on this rank, and is
+  // still negotiated (carrying its error), so that it fails within a cycle on the ranks that
+  // submitted the same name too, and blocking calls stay matched.
   Result<std::shared_ptr<Completion>> submit(Submission&& submission);
-  // Several tensors queued at once; every rank's group completes in the same cycle.
+  // Several tensors queued at once; every rank's group completes in the same cycle. When one is
+  // bad, the call fails and every tensor of the group fails on every rank, as above.
   Result<std::vector<std::shared_ptr<Completion>>> submit_group(std::vector<Submission> group);
 
   // Application threads waiting for their tensors (+1 as one starts, -1 as one stops): a thread
@@ -128,6 +132,12 @@ class Scheduler {
   // Stops on every rank in the same cycle: the first rank to call it ends the scheduler of all.
   // Operations in flight fail with a message that says so.
   void shutdown();
+  // shutdown(), then waits until the background thread has stopped or `deadline` passed; true
+  // if it stopped. (It stops within a backend call's limit once the communicators are aborted.)
+  bool stop_by(std::chrono::steady_clock::time_point deadline);
+  // Why the scheduler stopped, when it was a failure (a backend error or timeout, a stall
+  // shutdown), not a shutdown: finalize reports it.
+  std::optional<Status> failure() const;
 
   // Counters since start (read from any thread).
   struct Stats {
@@ -149,6 +159,7 @@ class Scheduler {
     uint64_t bytes() const { return elements * hvd_dtype_size(what.spec.dtype); }
     FirstDims first_dims;  // an allgather's, as negotiated
     bool sent = false;     // its request went to the message table (not waiting on a cache bit)
+    Status local_error;    // it failed this rank's checks: negotiated only to fail everywhere
     std::list<Entry>::iterator self;  // its node in queue_, then in pending_
   };
   // A tensor found ready everywhere, with the group and error every rank agrees on.
@@ -156,8 +167,9 @@ class Scheduler {
     Entry* entry;
     uint64_t group;
     uint32_t group_size;
-    std::string error;  // a mismatch: the entry fails with it
+    std::string error;  // a mismatch, or a rank's own failure: the entry fails with it
     FirstDims first_dims;
+    hvd_status error_code = HVD_ERR_MISMATCH;
   };
   Scheduler(Collectives& data, Collectives& control, SchedulerOptions options);
   // Checks a submission's arguments (a bad one fails now, on this rank) and completes its spec.
@@ -189,6 +201,9 @@ class Scheduler {
   void finish(Entry* e, const Status& status);
   void finish(const std::vector<Entry*>& entries, const Status& status);
   void fail_all(const Status& status);
+  // The communicators broke (or negotiation failed): abort both, so that peers learn at once,
+  // and fail everything with the error that broke them.
+  void fail_for(const Status& status);
   // Where a batch's buffers lie end to end in memory, the first byte; nullptr otherwise.
   template <typename Pointer>
   static Pointer end_to_end(const std::vector<Entry*>& batch, Pointer Submission::*buffer);
@@ -202,7 +217,7 @@ class Scheduler {
 
   // Shared with submitting threads. Entries live in list nodes from submission to completion
   // (the queue's nodes are spliced onto pending_), so views of their names stay valid.
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::list<Entry> queue_;
   // Finished entries, kept for the next submissions (a step's worth, at most kSpareEntries): a
   // submission then allocates no node, and its name reuses its storage.
@@ -214,6 +229,9 @@ class Scheduler {
   int waiting_ = 0;                       // application threads waiting for a completion
   std::condition_variable work_arrived_;  // the queue's first entry, a waiter, or shutdown
   std::optional<Status> stopped_;         // why the scheduler no longer runs
+  std::optional<Status> failure_;         // ... when it was a failure
+  bool exited_ = false;                   // the background thread is done
+  std::condition_variable exited_cv_;
 
   // Background thread only: what was taken from the queue, in submission order; the entries
   // whose requests went out in full, by name; grouped tensors waiting for their whole group.
