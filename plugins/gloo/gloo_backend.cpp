@@ -5,14 +5,42 @@
 // over a mesh whose callers read their own sockets (gloo_algorithms.hpp says why for both).
 // Configuration: HVD_GLOO_IFACE (a network interface) or HVD_GLOO_HOSTNAME (an address to bind);
 // by default the address this host uses to reach the rendezvous server.
+//
+// Failures are errors, never the end of the process:
+// - Gloo's event-loop thread reads the large collectives' messages, and a message longer than the
+//   buffer it is for fails Gloo's bounds check there (Pair::prepareRead in
+//   gloo/transport/tcp/pair.cc), an exception on a thread nobody catches: std::terminate. So
+//   before a collective goes on that mesh, the ranks exchange what they are about to run over the
+//   mesh whose callers read their own sockets (CallShape); any difference is HVD_ERR_MISMATCH on
+//   every rank, and the communicator stays usable.
+// - Gloo writes without MSG_NOSIGNAL, so a write to a dead peer raises SIGPIPE, whose default
+//   action ends the process without a word. A write's SIGPIPE goes to the writing thread: each
+//   thread blocks it while in Gloo and takes one raised meanwhile off before unblocking
+//   (SigpipeBlocked), and Gloo's event-loop thread is started blocking it. The process's own
+//   disposition of SIGPIPE is left as the application set it.
+// - abort() (ABI 1.1) shuts down this communicator's sockets from any thread (shutdown(2) on
+//   duplicates of Gloo's descriptors): a caller blocked in a read or write, or waiting on the event
+//   loop, gets an error at once, and later calls fail without touching the network.
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include <gloo/allgather_ring.h>
 #include <gloo/common/error.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/pair.h>
 
 #include "gloo_algorithms.hpp"
 #include "hvd/reduce.h"
@@ -22,11 +50,42 @@ namespace {
 
 using hvd::Status;
 
+// Blocks SIGPIPE on this thread for its lifetime, and takes off one that Gloo's writes raised
+// meanwhile before restoring the mask (the way libpq keeps SIGPIPE from its writes). A thread
+// that blocks SIGPIPE already is left alone, with whatever it has pending.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &previous_);
+    owned_ = sigismember(&previous_, SIGPIPE) == 0;
+  }
+  ~SigpipeBlocked() {
+    if (!owned_) return;
+    sigset_t pending;
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec now{0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &now) == -1 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t previous_;
+  bool owned_ = false;
+};
+
 // Run a Gloo call, turning its exceptions into statuses: I/O errors mean a peer or the network
 // failed (or a wait timed out); enforce failures are misuse. Gloo names the failed peer by its
 // socket address; a crashed rank is named by hvdrun, which sees it exit.
 template <typename Fn>
 Status run_gloo(const char* what, Fn&& fn) {
+  const SigpipeBlocked sigpipe;
   try {
     fn();
     return Status::success();
@@ -155,6 +214,96 @@ Status check_dtype(hvd_dtype dtype) {
                 "gloo: dtype " + std::to_string(dtype) + " is not one it knows");
 }
 
+// Gloo keeps each pair's socket to itself (tcp::Pair::fd_ is protected). A pointer to member
+// named through a derived class is the standard way to read a protected member of an object one
+// did not make; this class is never instantiated.
+struct PairSocket : gloo::transport::tcp::Pair {
+  static int of(gloo::transport::tcp::Pair& pair) { return pair.*(&PairSocket::fd_); }
+};
+
+// Duplicates of a communicator's sockets, so that abort() can shut them down from any thread.
+// shutdown(2) acts on the socket, which a duplicate keeps open: it can never reach a descriptor
+// number Gloo closed and the process then reused. Destroyed before the meshes, so that Gloo's
+// own descriptors stay the last ones and its close ends each connection as it always has.
+class Sockets {
+ public:
+  Sockets() = default;
+  Sockets(const Sockets&) = delete;
+  Sockets& operator=(const Sockets&) = delete;
+  ~Sockets() {
+    for (int fd : fds_) ::close(fd);
+  }
+
+  // Duplicates the socket of each of `context`'s pairs. Call it before any collective runs.
+  Status add(gloo::Context& context) {
+    for (int peer = 0; peer < context.size; ++peer) {
+      if (peer == context.rank) continue;
+      auto* pair = dynamic_cast<gloo::transport::tcp::Pair*>(context.getPair(peer).get());
+      if (pair == nullptr) return Status(HVD_ERR_INTERNAL, "gloo: a pair is not a TCP pair");
+      const int fd = ::fcntl(PairSocket::of(*pair), F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) {
+        return Status(HVD_ERR_SYSTEM,
+                      std::string("gloo: duplicating a socket: ") + std::strerror(errno));
+      }
+      fds_.push_back(fd);
+    }
+    return Status::success();
+  }
+
+  // Ends every connection now, from any thread: a blocked read returns end of file, a write
+  // EPIPE, the event loop reads end of file, and each peer reads end of file too.
+  void shut_down() const noexcept {
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+  }
+
+ private:
+  std::vector<int> fds_;  // written before the communicator is handed out, then only read
+};
+
+// What a rank is about to run on the event-loop mesh, as words for one AllgatherRing.
+struct CallShape {
+  enum Kind : uint64_t { kAllreduce = 1, kAllgather, kAllgatherv, kBroadcast };
+  static constexpr uint64_t kMagic = 0x68766463616c6c31;  // "hvdcall1": not some other message
+  static constexpr size_t kWords = 6;
+  using Words = std::array<uint64_t, kWords>;
+
+  // kind, dtype, count, then the op (allreduce), root (broadcast) or a hash of the per-rank
+  // counts (allgatherv).
+  static Words of(Kind kind, hvd_dtype dtype, uint64_t count, uint64_t detail) {
+    return {kMagic, kind, static_cast<uint64_t>(dtype), count, detail, 0};
+  }
+
+  static std::string describe(const uint64_t* w) {
+    if (w[0] != kMagic) return "a collective of 64 KiB or less, or another call";
+    const auto dtype = static_cast<hvd_dtype>(w[2]);
+    const std::string of = " of " + std::to_string(w[3]) + " " + hvd_dtype_name(dtype);
+    switch (w[1]) {
+      case kAllreduce:
+        return "allreduce" + of + " (" + hvd_reduce_op_name(static_cast<int>(w[4])) + ")";
+      case kAllgather:
+        return "allgather" + of + " per rank";
+      case kAllgatherv:
+        return "allgatherv" + of + " in all (counts hash " + std::to_string(w[4]) + ")";
+      case kBroadcast:
+        return "broadcast" + of + " from rank " + std::to_string(w[4]);
+      default:
+        return "an unknown collective";
+    }
+  }
+};
+
+// FNV-1a over allgatherv's per-rank counts, which every rank must pass alike.
+uint64_t hash_counts(const std::vector<size_t>& counts) {
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t c : counts) {
+    for (int byte = 0; byte < 8; ++byte) {
+      h ^= (static_cast<uint64_t>(c) >> (8 * byte)) & 0xff;
+      h *= 1099511628211ULL;
+    }
+  }
+  return h;
+}
+
 class GlooBackend {
  public:
   static hvd::Result<std::unique_ptr<GlooBackend>> create(const hvd::sdk::InitContext& ctx) {
@@ -184,25 +333,39 @@ class GlooBackend {
     if (!s.ok()) {
       return s.with_context("connecting rank " + std::to_string(ctx.rank) + " on " + where);
     }
+    HVD_RETURN_IF_ERROR(self->sockets_.add(*self->meshes_.sync));
+    HVD_RETURN_IF_ERROR(self->sockets_.add(*self->meshes_.async));
     HVD_RETURN_IF_ERROR(wait_until_all_connected(ctx));
     return self;
   }
 
   ~GlooBackend() {
     // Leave together: a rank that closes its sockets while a peer still drains the last
-    // collective would turn that peer's success into a connection error. After a failure the
-    // connections are closed already.
-    if (meshes_ && !failed_) {
+    // collective would turn that peer's success into a connection error. After a failure or an
+    // abort the connections are closed already.
+    if (meshes_ && !failed_ && !aborted_.load()) {
       (void)run_gloo("barrier at finalize", [&] { hvd::gloo_algorithms::barrier(meshes_); });
     }
   }
 
+  // From any thread, during a call or not: the call in progress fails at once, and so does every
+  // later one. Nothing is freed here; the destructor (finalize) does that.
+  Status abort() {
+    aborted_.store(true);
+    sockets_.shut_down();
+    return Status::success();
+  }
+
   Status allreduce(const hvd_collective_args& a) {
+    HVD_RETURN_IF_ERROR(usable("allreduce"));
     HVD_RETURN_IF_ERROR(check_dtype(a.dtype));
     if (a.count == 0) return Status::success();
     const size_t element = hvd_dtype_size(a.dtype);
     if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
     if (meshes_) {
+      HVD_RETURN_IF_ERROR(agree_before_event_loop(
+          "allreduce", a.count * element,
+          CallShape::of(CallShape::kAllreduce, a.dtype, a.count, static_cast<uint64_t>(a.op))));
       Status s = guarded("allreduce", [&] {
         with_reduction(a.dtype, a.op, [&](auto t, const auto* reduction) {
           using T = decltype(t);
@@ -216,6 +379,7 @@ class GlooBackend {
   }
 
   Status allgather(const hvd_collective_args& a) {
+    HVD_RETURN_IF_ERROR(usable("allgather"));
     HVD_RETURN_IF_ERROR(check_dtype(a.dtype));
     const size_t element = hvd_dtype_size(a.dtype);
     if (a.recv_counts != nullptr) return allgatherv(a, element);
@@ -225,6 +389,9 @@ class GlooBackend {
       if (a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
       return Status::success();
     }
+    HVD_RETURN_IF_ERROR(
+        agree_before_event_loop("allgather", a.count * element * static_cast<size_t>(size_),
+                                CallShape::of(CallShape::kAllgather, a.dtype, a.count, 0)));
     return guarded("allgather", [&] {
       with_element_type(element, [&](auto t) {
         using T = decltype(t);
@@ -235,6 +402,7 @@ class GlooBackend {
   }
 
   Status broadcast(const hvd_collective_args& a) {
+    HVD_RETURN_IF_ERROR(usable("broadcast"));
     HVD_RETURN_IF_ERROR(check_dtype(a.dtype));
     if (a.count == 0) return Status::success();
     const size_t element = hvd_dtype_size(a.dtype);
@@ -242,6 +410,9 @@ class GlooBackend {
       std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
     }
     if (!meshes_) return Status::success();
+    HVD_RETURN_IF_ERROR(agree_before_event_loop(
+        "broadcast", a.count * element,
+        CallShape::of(CallShape::kBroadcast, a.dtype, a.count, static_cast<uint64_t>(a.root))));
     return guarded("broadcast", [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::broadcast(meshes_, static_cast<decltype(t)*>(a.recvbuf), a.count,
@@ -251,12 +422,19 @@ class GlooBackend {
   }
 
   Status barrier() {
+    HVD_RETURN_IF_ERROR(usable("barrier"));
     if (!meshes_) return Status::success();
     return guarded("barrier", [&] { hvd::gloo_algorithms::barrier(meshes_); });
   }
 
  private:
   explicit GlooBackend(const hvd::sdk::InitContext& ctx) : rank_(ctx.rank), size_(ctx.size) {}
+
+  Status usable(const char* what) const {
+    if (!aborted_.load(std::memory_order_relaxed)) return Status::success();
+    return Status(HVD_ERR_STATE, std::string("gloo ") + what +
+                                     ": the communicator was aborted; it takes no more calls");
+  }
 
   // run_gloo; a failure also closes every connection. A collective that failed half way leaves
   // peers waiting for messages this rank will never send (a peer of a dead rank gives up, and
@@ -267,9 +445,43 @@ class GlooBackend {
     Status s = run_gloo(what, std::forward<Fn>(fn));
     if (!s.ok() && !failed_) {
       failed_ = true;
+      sockets_.shut_down();  // the duplicates keep the sockets open past Gloo's close
       (void)run_gloo("closing connections", [&] { meshes_.close_connections(); });
     }
+    if (!s.ok() && aborted_.load()) {
+      // What Gloo says of sockets this rank shut down itself names no culprit worth reading.
+      return Status(HVD_ERR_STATE, std::string("gloo ") + what +
+                                       ": the communicator was aborted during the call (" +
+                                       s.message() + ")");
+    }
     return s;
+  }
+
+  // Before a collective of `bytes` in all goes on the event-loop mesh (gloo_algorithms routes by
+  // the same size), the ranks gather each other's CallShape over the sync mesh, whose reads
+  // happen on the callers' threads. The same shapes everywhere: every rank goes on. Otherwise
+  // every rank has seen the same shapes, and fails alike with HVD_ERR_MISMATCH, leaving both
+  // meshes as they were. A rank whose call stays on the sync mesh meanwhile (a disagreement
+  // across the 64 KiB line) fails the exchange on its caller's thread, also an error.
+  Status agree_before_event_loop(const char* what, size_t bytes, const CallShape::Words& mine) {
+    if (bytes <= hvd::gloo_algorithms::kSyncMeshMaxBytes) return Status::success();
+    std::vector<uint64_t> all(CallShape::kWords * static_cast<size_t>(size_));
+    HVD_RETURN_IF_ERROR(guarded(what, [&] {
+      gloo::AllgatherRing<uint64_t>(meshes_.sync, {mine.data()}, all.data(),
+                                    static_cast<int>(CallShape::kWords))
+          .run();
+    }));
+    bool same = true;
+    for (int r = 0; r < size_ && same; ++r) {
+      same = std::equal(mine.begin(), mine.end(), all.begin() + r * CallShape::kWords);
+    }
+    if (same) return Status::success();
+    std::string text = std::string("gloo ") + what + ": the ranks called different collectives:";
+    for (int r = 0; r < size_; ++r) {
+      text += (r == 0 ? " rank " : "; rank ") + std::to_string(r) + " " +
+              CallShape::describe(all.data() + static_cast<size_t>(r) * CallShape::kWords);
+    }
+    return Status(HVD_ERR_MISMATCH, text);
   }
 
   // Every rank has finished connectFullMesh once this returns. Without it a rank could leave
@@ -288,6 +500,10 @@ class GlooBackend {
     char* mine = static_cast<char*>(a.recvbuf) + offset * element;
     if (a.count > 0 && a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
     if (!meshes_) return Status::success();
+    const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+    HVD_RETURN_IF_ERROR(agree_before_event_loop(
+        "allgatherv", total * element,
+        CallShape::of(CallShape::kAllgatherv, a.dtype, total, hash_counts(counts))));
     return guarded("allgatherv", [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::allgatherv(meshes_, static_cast<decltype(t)*>(a.recvbuf), counts);
@@ -298,7 +514,9 @@ class GlooBackend {
   int rank_;
   int size_;
   hvd::gloo_algorithms::Meshes meshes_;  // empty when size == 1
+  Sockets sockets_;                      // duplicates of the meshes' sockets, for abort()
   bool failed_ = false;                  // a collective failed: the connections are closed
+  std::atomic<bool> aborted_{false};     // abort() was called, from any thread
 };
 
 }  // namespace

@@ -445,19 +445,23 @@ class MpiBackend {
       }
       const Clock::time_point now = Clock::now();
       if (bounded && now >= deadline) {
-        std::string waiting;  // the peers whose messages did not come (or did not leave)
+        std::vector<int> waiting;  // the peers whose messages did not come, or were not taken
         for (int i = 0; i < round.size(); ++i) {
-          if (round.requests()[i] == MPI_REQUEST_NULL) continue;
-          waiting += waiting.empty() ? "" : ", ";
-          waiting += round.peer(i) < 0 ? std::string("the other ranks")
-                                       : "rank " + std::to_string(round.peer(i)) +
-                                             (round.is_receive(i) ? " (receiving)" : " (sending)");
+          if (round.requests()[i] != MPI_REQUEST_NULL &&
+              std::find(waiting.begin(), waiting.end(), round.peer(i)) == waiting.end()) {
+            waiting.push_back(round.peer(i));
+          }
+        }
+        std::string names;
+        for (int peer : waiting) {
+          names += names.empty() ? "" : ", ";
+          names += peer < 0 ? std::string("the other ranks") : "rank " + std::to_string(peer);
         }
         abandon(round);
-        return Status(HVD_ERR_TIMEOUT,
-                      std::string(call.name) + " did not complete within " +
-                          std::to_string(timeout_.count()) + " ms (HVD_TIMEOUT); waiting on " +
-                          waiting + ": that rank stopped, died or is in a different collective");
+        return Status(HVD_ERR_TIMEOUT, std::string(call.name) + " did not complete within " +
+                                           std::to_string(timeout_.count()) +
+                                           " ms (HVD_TIMEOUT); waiting on " + names +
+                                           ": stopped, dead, or in a different collective");
       }
       if (now >= burst_end) {
         std::this_thread::sleep_for(kNap);

@@ -1,0 +1,135 @@
+// hvd_fault_job: one collective on every rank, chosen per rank on the command line, to stage in a
+// real job the failures a backend must turn into errors within HVD_TIMEOUT: ranks that disagree on
+// the call or its count, a rank that stops. Each rank prints what its call returned and how long
+// it took:
+//
+//   rank 0: allreduce of 1048576 float32 -> HVD_ERR_TIMEOUT after 2.01 s: <hvd_last_error()>
+//
+//   --call C                 allreduce (default), broadcast (from rank 0), allgather or barrier
+//   --call-for-rank R=C      rank R calls C instead
+//   --count N                float32 elements (default 1048576); --count-for-rank R=N
+//   --stop-rank R            rank R stops itself (SIGSTOP) instead of calling; once rank 0 has
+//                            reported, it kills rank R (SIGKILL), which ends the job
+//   --linger S               after reporting, wait S seconds before finalizing: a launcher that
+//                            ends the job when one rank leaves (mpirun) lets the others report
+//
+// It exits 0 whatever the calls returned (the test reads the lines), so that the launcher does
+// not stop the other ranks before they report.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hvd/hvd.h"
+
+namespace {
+
+struct Options {
+  std::string call = "allreduce";
+  std::map<int, std::string> call_for_rank;
+  uint64_t count = 1048576;
+  std::map<int, uint64_t> count_for_rank;
+  int stop_rank = -1;
+  double linger = 0;
+};
+
+std::pair<int, std::string> split(const std::string& value) {
+  const size_t eq = value.find('=');
+  return {std::atoi(value.substr(0, eq).c_str()), value.substr(eq + 1)};
+}
+
+bool parse(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--call" && has_value) {
+      o->call = argv[++i];
+    } else if (arg == "--call-for-rank" && has_value) {
+      auto [r, call] = split(argv[++i]);
+      o->call_for_rank[r] = call;
+    } else if (arg == "--count" && has_value) {
+      o->count = std::strtoull(argv[++i], nullptr, 10);
+    } else if (arg == "--count-for-rank" && has_value) {
+      auto [r, count] = split(argv[++i]);
+      o->count_for_rank[r] = std::strtoull(count.c_str(), nullptr, 10);
+    } else if (arg == "--linger" && has_value) {
+      o->linger = std::atof(argv[++i]);
+    } else if (arg == "--stop-rank" && has_value) {
+      o->stop_rank = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "hvd_fault_job: unknown argument %s\n", arg.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+hvd_status run(hvd_comm* comm, const std::string& call, uint64_t count) {
+  const int size = hvd_size(comm);
+  std::vector<float> send(count, 1.0f);
+  if (call == "allreduce") {
+    return hvd_allreduce(comm, send.data(), send.data(), count, HVD_FLOAT32, HVD_SUM, nullptr);
+  }
+  if (call == "broadcast") {
+    return hvd_broadcast(comm, send.data(), send.data(), count, HVD_FLOAT32, 0, nullptr);
+  }
+  if (call == "allgather") {
+    std::vector<float> all(count * static_cast<uint64_t>(size));
+    return hvd_allgather(comm, send.data(), all.data(), count, HVD_FLOAT32, nullptr);
+  }
+  if (call == "barrier") return hvd_barrier(comm);
+  std::fprintf(stderr, "hvd_fault_job: unknown call %s\n", call.c_str());
+  return HVD_ERR_INVALID_ARGUMENT;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, &o)) return 2;
+  hvd_comm* comm = nullptr;
+  if (hvd_init(nullptr, &comm) != HVD_SUCCESS) {
+    std::printf("init failed: %s\n", hvd_last_error());
+    return 1;
+  }
+  const int rank = hvd_rank(comm);
+  const int size = hvd_size(comm);
+
+  // Every rank's pid, so that rank 0 can end a stopped rank.
+  int64_t pid = ::getpid();
+  std::vector<int64_t> pids(static_cast<size_t>(size));
+  if (hvd_allgather(comm, &pid, pids.data(), 1, HVD_INT64, nullptr) != HVD_SUCCESS) {
+    std::printf("rank %d: allgather of pids failed: %s\n", rank, hvd_last_error());
+    return 1;
+  }
+
+  if (rank == o.stop_rank) {
+    std::printf("rank %d: stopping\n", rank);
+    std::fflush(stdout);
+    ::raise(SIGSTOP);
+    ::_exit(0);  // only if continued
+  }
+
+  const std::string call = o.call_for_rank.count(rank) ? o.call_for_rank[rank] : o.call;
+  const uint64_t count = o.count_for_rank.count(rank) ? o.count_for_rank[rank] : o.count;
+  const auto start = std::chrono::steady_clock::now();
+  const hvd_status s = run(comm, call, count);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("rank %d: %s of %llu float32 -> %s after %.2f s: %s\n", rank, call.c_str(),
+              static_cast<unsigned long long>(count), hvd_status_name(s), seconds,
+              s == HVD_SUCCESS ? "" : hvd_last_error());
+  std::fflush(stdout);
+
+  if (o.linger > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.linger));
+  if (o.stop_rank >= 0 && rank == 0) ::kill(static_cast<pid_t>(pids[o.stop_rank]), SIGKILL);
+  hvd_finalize(comm);
+  return 0;
+}

@@ -1,0 +1,161 @@
+// Faults in real multi-process jobs (hvd_fault_job, hvd_mpi_abort_job), which each backend must
+// turn into an error on every rank within HVD_TIMEOUT: never a hang, never a dead process.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <regex>
+#include <string>
+
+namespace {
+
+struct Job {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs a shell command, capturing stdout and stderr together.
+Job run(const std::string& command) {
+  Job r;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) r.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+const std::string kHvdrun = HVD_HVDRUN;
+const std::string kFaultJob = HVD_FAULT_JOB;
+const std::string kMpirun = std::string(HVD_MPIEXEC) + " --allow-run-as-root --oversubscribe";
+
+#define REQUIRE_MPI() \
+  if (std::string(HVD_MPIEXEC).empty()) GTEST_SKIP() << "the mpi backend is not built"
+
+// What one rank's call returned: "rank R: <call> of N float32 -> <status> after S s: <message>".
+struct Report {
+  std::string status;
+  double seconds = -1;
+  std::string message;
+};
+
+std::map<int, Report> reports(const std::string& output) {
+  std::map<int, Report> by_rank;
+  const std::regex line(R"(rank (\d+): \w+ of \d+ float32 -> ([a-z ]+) after ([0-9.]+) s: (.*))");
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    by_rank[std::stoi((*it)[1])] = Report{(*it)[2], std::stod((*it)[3]), (*it)[4]};
+  }
+  return by_rank;
+}
+
+constexpr double kTimeout = 2;  // HVD_TIMEOUT of these jobs
+constexpr double kSlack = 2;    // what an error may take beyond it
+
+// ---- gloo ---------------------------------------------------------------------------------------
+
+// The 1 Mi against 1 Mi + 1 float32 allreduce that used to end rank 0 with an uncaught
+// gloo::EnforceNotMet on Gloo's event-loop thread.
+TEST(GlooFaultJob, CountsThatDifferAreAMismatchOnEveryRankNotACrash) {
+  Job r = run(kHvdrun + " -np 2 --timeout 2 " + kFaultJob + " --count-for-rank 1=1048577");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  const auto by_rank = reports(r.output);
+  ASSERT_EQ(by_rank.size(), 2u) << r.output;
+  for (const auto& [rank, report] : by_rank) {
+    EXPECT_EQ(report.status, "mismatch between ranks") << rank << ": " << report.message;
+    EXPECT_NE(report.message.find("rank 0 allreduce of 1048576 float32 (sum); rank 1 allreduce "
+                                  "of 1048577 float32 (sum)"),
+              std::string::npos)
+        << report.message;
+  }
+}
+
+class GlooStoppedRank : public ::testing::TestWithParam<const char*> {};
+
+// Rank 1 stops (SIGSTOP) instead of calling; rank 0's call on either mesh is a timeout.
+TEST_P(GlooStoppedRank, IsATimeoutWithinHvdTimeout) {
+  Job r = run(kHvdrun + " -np 2 --timeout 2 " + kFaultJob + " --stop-rank 1 --count " + GetParam());
+  const auto by_rank = reports(r.output);
+  ASSERT_EQ(by_rank.count(0), 1u) << r.output;
+  const Report& report = by_rank.at(0);
+  EXPECT_EQ(report.status, "timeout") << report.message;
+  EXPECT_GE(report.seconds, kTimeout - 0.1);
+  EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(SyncAndEventLoopMeshes, GlooStoppedRank,
+                         ::testing::Values("2", "1048576"));
+
+// ---- mpi ----------------------------------------------------------------------------------------
+
+std::string mpi_job(const std::string& arguments) {
+  return kMpirun + " -np 2 -x HVD_BACKEND=mpi -x HVD_TIMEOUT=2 " + kFaultJob + " " + arguments;
+}
+
+class MpiStoppedRank : public ::testing::TestWithParam<const char*> {};
+
+// Before, the survivor spun at 100% of a core for ever.
+TEST_P(MpiStoppedRank, IsATimeoutWithinHvdTimeoutNamingIt) {
+  REQUIRE_MPI();
+  Job r = run(mpi_job(std::string("--stop-rank 1 --count ") + GetParam()));
+  const auto by_rank = reports(r.output);
+  ASSERT_EQ(by_rank.count(0), 1u) << r.output;
+  const Report& report = by_rank.at(0);
+  EXPECT_EQ(report.status, "timeout") << report.message;
+  EXPECT_NE(report.message.find("did not complete within 2000 ms (HVD_TIMEOUT); waiting on rank 1"),
+            std::string::npos)
+      << report.message;
+  EXPECT_GE(report.seconds, kTimeout - 0.1);
+  EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(RecursiveDoublingAndRing, MpiStoppedRank,
+                         ::testing::Values("2", "1048576"));
+
+TEST(MpiFaultJob, BroadcastAgainstAllreduceTimesOutOnBothRanks) {
+  REQUIRE_MPI();
+  Job r = run(mpi_job("--call-for-rank 1=broadcast --linger 3"));
+  const auto by_rank = reports(r.output);
+  ASSERT_EQ(by_rank.size(), 2u) << r.output;
+  for (const auto& [rank, report] : by_rank) {
+    EXPECT_EQ(report.status, "timeout") << rank << ": " << report.message;
+    EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
+  }
+}
+
+// Rank 1 receives fewer elements than it expects: a mismatch; rank 0, whose peer left the
+// collective, times out (MPI has no way to tell it sooner).
+TEST(MpiFaultJob, CountsThatDifferAreAnErrorOnEveryRank) {
+  REQUIRE_MPI();
+  Job r = run(mpi_job("--count-for-rank 1=1048577 --linger 3"));
+  const auto by_rank = reports(r.output);
+  ASSERT_EQ(by_rank.size(), 2u) << r.output;
+  EXPECT_EQ(by_rank.at(1).status, "mismatch between ranks") << by_rank.at(1).message;
+  EXPECT_NE(by_rank.at(1).message.find("the ranks called allreduce with different counts"),
+            std::string::npos)
+      << by_rank.at(1).message;
+  EXPECT_NE(by_rank.at(0).status, "success");
+  EXPECT_LT(by_rank.at(0).seconds, kTimeout + kSlack) << by_rank.at(0).message;
+}
+
+TEST(MpiAbortJob, AbortEndsABlockedCallAtOnceAndEveryLaterOne) {
+  REQUIRE_MPI();
+  Job r = run(kMpirun + " -np 2 " + HVD_MPI_ABORT_JOB + " " + HVD_MPI_PLUGIN);
+  const std::regex allreduce(R"(rank 0: allreduce -> invalid state after ([0-9.]+) s: .*aborted)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, allreduce)) << r.output;
+  EXPECT_LT(std::stod(m[1]), 0.3 + 1.0) << "abort came at 0.3 s; the timeout is 30 s";
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(rank 0: then barrier -> invalid state after 0.0\d s: .*aborted)")))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank 0: abort again -> success)")))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank 0: finalize -> success after 0.0)")))
+      << r.output;
+}
+
+}  // namespace
