@@ -14,6 +14,7 @@
 // gets PR_SET_PDEATHSIG (die_with_hvdrun below), so no rank is left computing as an orphan.
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -370,6 +371,11 @@ int launch_with_mpirun(const Options& opt, const std::vector<std::string>& job_e
       forwarded = true;
     }
   }
+  if (forwarded) {
+    std::fprintf(stderr, "hvdrun: got signal %d; mpirun stopped the job and %s\n", int(g_signal),
+                 describe(status).c_str());
+    return 128 + g_signal;
+  }
   if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
     std::fprintf(stderr, "hvdrun: job failed: mpirun %s\n", describe(status).c_str());
   }
@@ -539,7 +545,15 @@ int main(int argc, char** argv) {
     host = *chosen;
   }
   const std::string secret = random_secret();
+  // SIGINT and SIGTERM go to the main thread only: the rendezvous server's threads start with
+  // them blocked, so that the main thread's blocking waits are the ones they interrupt.
+  sigset_t stop_signals, previous_mask;
+  ::sigemptyset(&stop_signals);
+  ::sigaddset(&stop_signals, SIGINT);
+  ::sigaddset(&stop_signals, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &stop_signals, &previous_mask);
   auto server = TcpStoreServer::start(HostPort{on_this_host ? host : "0.0.0.0", 0}, secret);
+  ::pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
   if (!server.ok()) {
     std::fprintf(stderr, "hvdrun: cannot host the rendezvous: %s\n",
                  server.status().message().c_str());
@@ -558,8 +572,14 @@ int main(int argc, char** argv) {
   if (!opt.timeout.empty()) job_env.push_back("HVD_TIMEOUT=" + opt.timeout);
   if (!opt.plugin_path.empty()) job_env.push_back("HVD_PLUGIN_PATH=" + opt.plugin_path);
 
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  // Without SA_RESTART (std::signal sets it): the wait for mpirun must return EINTR, or the
+  // signal would never be passed on and hvdrun would wait out the whole job.
+  struct sigaction stop = {};
+  stop.sa_handler = on_signal;
+  ::sigemptyset(&stop.sa_mask);
+  stop.sa_flags = 0;
+  ::sigaction(SIGINT, &stop, nullptr);
+  ::sigaction(SIGTERM, &stop, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   return through_mpirun ? launch_with_mpirun(opt, job_env) : launch_locally(opt, job_env);
 }

@@ -2,7 +2,8 @@
 // job dies with it: every rank, and every process hvdrun started (mpirun too), within a bound.
 //
 //   hvd_kill_job --hvdrun PATH --np N [--hvdrun-arg ARG]... [--ready TEXT] [--within SECONDS]
-//                [--delay-ms MS | --random-delay-ms MAX] -- PROGRAM [ARGS...]
+//                [--delay-ms MS | --random-delay-ms MAX] [--signal KILL|TERM|INT]
+//                -- PROGRAM [ARGS...]
 //   hvd_kill_job --rank-in DIR -- PROGRAM [ARGS...]      (what each rank runs: see below)
 //
 // Each rank is `hvd_kill_job --rank-in DIR -- PROGRAM ARGS`, which writes its pid to DIR/rank.<R>
@@ -11,8 +12,10 @@
 // exit status where hvdrun was the rank's parent, and knows that nothing of the job is left once
 // it has no child at all.
 //
-// The kill comes once every rank has written its pid and, with --ready, once the job's output
-// holds TEXT N times (every rank is at work, past init), then after the delay.
+// --signal sends another signal than SIGKILL: hvdrun then stops the job itself, and must end with
+// it within the bound too. The kill comes once every rank has written its pid and, with --ready,
+// once the job's output holds TEXT N times (every rank is at work, past init), then after the
+// delay.
 //
 // Prints one line per rank and a last line "RESULT ok|alive|early ..." for scripts
 // (scripts/kill-repeat.sh). Exit status: 0 when every rank and every process of the job ended
@@ -119,6 +122,7 @@ int main(int argc, char** argv) {
   int delay_ms = 0;
   bool random_delay = false;
   std::string ready;
+  int kill_signal = SIGKILL;
   std::optional<fs::path> rank_dir;
   int i = 1;
   for (; i < argc; ++i) {
@@ -135,6 +139,16 @@ int main(int argc, char** argv) {
       np = std::atoi(argv[++i]);
     } else if (arg == "--hvdrun-arg" && has_value) {
       hvdrun_args.emplace_back(argv[++i]);
+    } else if (arg == "--signal" && has_value) {
+      const std::string name = argv[++i];
+      kill_signal = name == "TERM"   ? SIGTERM
+                    : name == "INT"  ? SIGINT
+                    : name == "KILL" ? SIGKILL
+                                     : 0;
+      if (kill_signal == 0) {
+        std::fprintf(stderr, "hvd_kill_job: --signal takes KILL, TERM or INT\n");
+        return 2;
+      }
     } else if (arg == "--ready" && has_value) {
       ready = argv[++i];
     } else if (arg == "--within" && has_value) {
@@ -266,9 +280,10 @@ int main(int argc, char** argv) {
   }
 
   const Clock::time_point killed = Clock::now();
-  ::kill(job, SIGKILL);
+  ::kill(job, kill_signal);
   const auto deadline = killed + std::chrono::duration<double>(within_s);
   std::map<pid_t, std::string> others;  // reaped processes of the job that are not ranks
+  std::optional<int> job_status;
   bool children_left = true;
   for (;;) {
     for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
@@ -279,6 +294,7 @@ int main(int argc, char** argv) {
         rank.status = status;
         if (!rank.gone_ms) rank.gone_ms = ms_since(killed);
       }
+      if (pid == job) job_status = status;
       if (!is_rank && pid != job) others[pid] = describe(status);
     }
     children_left = !(::waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD);
@@ -293,9 +309,13 @@ int main(int argc, char** argv) {
   }
   const double all_gone_ms = ms_since(killed);
 
-  std::printf("killed hvdrun (pid %d) %.0f ms after it started, %d ms after every rank was %s\n",
-              job, std::chrono::duration<double, std::milli>(killed - started).count(), delay_ms,
-              ready.empty() ? "started" : "ready");
+  std::printf(
+      "sent SIG%s to hvdrun (pid %d) %.0f ms after it started, %d ms after every rank was "
+      "%s; hvdrun %s\n",
+      sigabbrev_np(kill_signal), job,
+      std::chrono::duration<double, std::milli>(killed - started).count(), delay_ms,
+      ready.empty() ? "started" : "ready",
+      job_status ? describe(*job_status).c_str() : "STILL RUNNING");
   double last_rank_ms = 0;
   std::vector<pid_t> survivors;
   for (const auto& [r, rank] : ranks) {
