@@ -638,9 +638,8 @@ bool TcpStoreServer::Loop::handle(Connection& c, Bytes payload) {
   if (request.op == StoreOp::kSet) {
     auto& slot = values_[request.key];
     slot = std::move(request.value);
-    if (!reply(c, encode_reply(HVD_SUCCESS, nullptr, 0))) return false;
-    wake(request.key, slot);
-    return true;
+    wake(request.key, slot);  // first: the waiters' answers do not depend on this connection
+    return reply(c, encode_reply(HVD_SUCCESS, nullptr, 0));
   }
   const auto it = values_.find(request.key);
   if (it != values_.end()) {
