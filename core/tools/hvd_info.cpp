@@ -109,6 +109,13 @@ std::string signal_name(int sig) {
   // A plugin that crashes would leave a core file of hvd-info in the working directory.
   const rlimit no_core = {0, 0};
   ::setrlimit(RLIMIT_CORE, &no_core);
+  // A crash must end the child by its signal, which the parent names. A handler installed in this
+  // process (a sanitizer's, which reports and exits with a status) would hide which it was.
+  for (const int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP, SIGSYS}) {
+    struct sigaction default_action = {};
+    default_action.sa_handler = SIG_DFL;
+    ::sigaction(sig, &default_action, nullptr);
+  }
   const std::string report = encode(load_plugin(file));
   for (size_t sent = 0; sent < report.size();) {
     const ssize_t n = ::write(report_fd, report.data() + sent, report.size() - sent);
