@@ -49,9 +49,9 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHVD_WERROR=ON -DHVD_SANITIZE=thread
   cmake --build build-tsan -j "$jobs"
   echo "== test under ThreadSanitizer"
-  # hvd's threads live in the core (rendezvous server, clients) and the Gloo backend; MPI
-  # conformance adds only uninstrumented Open MPI here, and minutes.
+  # hvd's threads live in the core (rendezvous server, clients, scheduler, watchdog, runners)
+  # and the Gloo backend; MPI conformance adds only uninstrumented Open MPI here, and minutes.
   (cd build-tsan && TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp" \
                      ctest -j "$jobs" --output-on-failure --timeout 900 \
-                          -R '^(unit|integration)\.|^conformance\.(gloo|kvs)\.np2$|^scheduler\.(gloo|kvs)\.np2$')
+                          -R '^(unit|integration)\.|^(conformance|scheduler)\.(gloo|kvs)\.np2$|^faults\.(gloo|kvs|kvs10)\.np2$')
 fi

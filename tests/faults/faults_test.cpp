@@ -39,6 +39,9 @@ class SyncEnvironment : public ::testing::Environment {
 
 int rank() { return hvd_rank(g_sync); }
 int size() { return hvd_size(g_sync); }
+std::string backend() { return hvd_backend_name(g_sync); }
+// The test plugins kvs (ABI 1.1, with abort) and kvs10 (ABI 1.0, without) fail on demand.
+bool has_fault_knobs() { return backend() == "kvs" || backend() == "kvs10"; }
 
 void sync() { ASSERT_EQ(hvd_barrier(g_sync), HVD_SUCCESS) << hvd_last_error(); }
 
@@ -358,6 +361,47 @@ TEST_F(Faults, FinalizeAfterAStallShutdownIsQuickAndReportsIt) {
   EXPECT_NE(std::string(hvd_last_error()).find("stall shutdown"), std::string::npos)
       << hvd_last_error();
   EXPECT_LT(seconds_since(start), 1);
+}
+
+// ---- plugins that ignore their timeout ----------------------------------------------------
+
+TEST_F(Faults, APluginThatIgnoresItsTimeoutIsStoppedByTheWatchdog) {
+  if (!has_fault_knobs()) GTEST_SKIP() << "backend " << backend() << " has no fault knobs";
+  set_env("HVD_TEST_HANG", "allreduce");  // spins, ignoring timeout_ms
+  set_env("HVD_TEST_HANG_RANK", "0");
+  hvd_comm* comm = open();
+  const auto start = Clock::now();
+  EXPECT_NE(allreduce_ones(comm), HVD_SUCCESS);
+  const double took = seconds_since(start);
+  const std::string message = hvd_last_error();
+  EXPECT_LT(took, kBound) << message;
+  if (rank() == 0) {
+    // kvs is aborted; kvs10, without abort, is walked away from: the same error either way.
+    EXPECT_EQ(message, "allreduce on backend '" + backend() +
+                           "' (serving hvd_allreduce) did not return within HVD_TIMEOUT (2 s) + "
+                           "1 s: the communicator was aborted");
+    EXPECT_GE(took, kTimeout + 1) << message;
+  }
+  EXPECT_NE(allreduce_ones(comm), HVD_SUCCESS);
+  EXPECT_EQ(std::string(hvd_last_error()), message);  // it sticks
+  const auto finalizing = Clock::now();
+  EXPECT_NE(hvd_finalize(comm), HVD_SUCCESS);
+  EXPECT_EQ(std::string(hvd_last_error()), message);
+  EXPECT_LT(seconds_since(finalizing), 1);
+}
+
+TEST_F(Faults, AFinalizeThatHangsIsWalkedAwayFrom) {
+  if (!has_fault_knobs()) GTEST_SKIP() << "backend " << backend() << " has no fault knobs";
+  set_env("HVD_TEST_HANG", "finalize");
+  hvd_comm* comm = open();
+  EXPECT_EQ(allreduce_ones(comm), HVD_SUCCESS) << hvd_last_error();
+  const auto start = Clock::now();
+  EXPECT_EQ(hvd_finalize(comm), HVD_ERR_TIMEOUT);
+  EXPECT_EQ(
+      std::string(hvd_last_error()),
+      "finalize on backend '" + backend() +
+          "' did not return within HVD_TIMEOUT (2 s) + 1 s: its communicator is left unreleased");
+  EXPECT_LT(seconds_since(start), kBound);
 }
 
 }  // namespace

@@ -15,6 +15,15 @@
 namespace hvd::core {
 namespace {
 
+// What calls walked away from may still use, kept (reachable, never freed) for the life of the
+// process: the plugin's communicator, the host services, the store they read.
+void keep_for_stuck_calls(std::shared_ptr<void> kept) {
+  static auto* const mutex = new std::mutex;
+  static auto* const graveyard = new std::vector<std::shared_ptr<void>>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  graveyard->push_back(std::move(kept));
+}
+
 // Each hvd_init of a process takes the next epoch; every rank inits the same number of times,
 // so keys of one init never collide with keys of an earlier one on the same store.
 std::atomic<int> g_epoch{0};
@@ -259,7 +268,7 @@ Status Communicator::finalize_backend() {
       },
       Clock::now() + timeout_ + kMargin);
   if (!outcome) {
-    abandoned_ = true;
+    keep_for_stuck_calls(std::shared_ptr<void>(backend, [](void*) {}));
     leak_for_stuck_call();
     return timed_out("finalize");
   }
@@ -352,10 +361,12 @@ Status Communicator::finalize() {
 void Communicator::leak_for_stuck_call() {
   abandoned_ = true;
   std::lock_guard<std::mutex> lock(abort_mutex_);
-  backend_ = nullptr;
-  // Intentionally never freed: the stuck call may still use the host services and their store.
-  (void)services_.release();
-  (void)store_.release();
+  if (backend_ != nullptr) {
+    keep_for_stuck_calls(std::shared_ptr<void>(backend_, [](void*) {}));
+    backend_ = nullptr;
+  }
+  if (services_) keep_for_stuck_calls(std::move(services_));
+  if (store_) keep_for_stuck_calls(std::move(store_));
 }
 
 Status Communicator::health() const {
@@ -417,6 +428,8 @@ hvd_status invoke(const hvd_backend_v1* table, hvd_backend_comm* backend, int en
 }  // namespace
 
 Status Communicator::timed_out(const std::string& what) const {
+  const std::string consequence =
+      what == "finalize" ? "its communicator is left unreleased" : "the communicator was aborted";
   std::string serving;
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
@@ -424,8 +437,8 @@ Status Communicator::timed_out(const std::string& what) const {
   }
   return error(HVD_ERR_TIMEOUT, what + " on backend '" + plugin_.name + "'" + serving +
                                     " did not return within HVD_TIMEOUT (" +
-                                    seconds_text(timeout_) + ") + " + seconds_text(kMargin) +
-                                    ": the communicator was aborted");
+                                    seconds_text(timeout_) + ") + " + seconds_text(kMargin) + ": " +
+                                    consequence);
 }
 
 void Communicator::check(Clock::time_point now) {
@@ -485,18 +498,56 @@ Status Communicator::call_on_runner(Entry entry, const char* what, const hvd_col
     std::lock_guard<std::mutex> lock(call_mutex_);
     if (entry_deadline_ && *entry_deadline_ < deadline) deadline = *entry_deadline_;
   }
-  // The job owns copies of what it passes the plugin (args and the counts they point to): the
-  // caller's stack is gone once it walks away.
+  // The job owns everything it passes the plugin: the args, the counts they point to, and, for
+  // host memory, copies of the buffers. A call walked away from may still write its result (its
+  // data may have arrived): into its own copy then, never into memory its caller has freed.
+  // (CUDA memory cannot be copied here: a plugin without abort that takes it keeps the
+  // caller's buffers.)
   struct Call {
     hvd_collective_args args{};
     std::vector<uint64_t> counts;
+    std::vector<char> send, recv;
   };
   auto owned = std::make_shared<Call>();
+  uint64_t recv_bytes = 0;
   if (args != nullptr) {
     owned->args = *args;
     if (args->recv_counts != nullptr) {
       owned->counts.assign(args->recv_counts, args->recv_counts + world_.size);
       owned->args.recv_counts = owned->counts.data();
+    }
+    if (args->memory_type == HVD_MEMORY_HOST) {
+      const size_t element = hvd_dtype_size(args->dtype);
+      uint64_t mine = 0;  // where this rank's part of an allgather's output starts (elements)
+      uint64_t total = args->count;
+      if (entry == Entry::kAllgather) {
+        mine = static_cast<uint64_t>(world_.rank) * args->count;
+        total = static_cast<uint64_t>(world_.size) * args->count;
+        if (args->recv_counts != nullptr) {
+          mine = total = 0;
+          for (int r = 0; r < world_.size; ++r) {
+            if (r < world_.rank) mine += args->recv_counts[r];
+            total += args->recv_counts[r];
+          }
+        }
+      }
+      recv_bytes = total * element;
+      const uint64_t send_bytes = args->count * element;
+      const char* user_recv = static_cast<const char*>(args->recvbuf);
+      const bool in_place = args->sendbuf == user_recv + mine * element;
+      const bool sends = entry != Entry::kBroadcast || args->root == world_.rank;
+      owned->recv.resize(std::max<uint64_t>(recv_bytes, 1));
+      owned->args.recvbuf = owned->recv.data();
+      if (in_place) {
+        if (sends && send_bytes > 0) {
+          std::memcpy(owned->recv.data() + mine * element, args->sendbuf, send_bytes);
+        }
+        owned->args.sendbuf = owned->recv.data() + mine * element;
+      } else if (args->sendbuf != nullptr && sends) {
+        owned->send.assign(static_cast<const char*>(args->sendbuf),
+                           static_cast<const char*>(args->sendbuf) + send_bytes);
+        owned->args.sendbuf = owned->send.data();
+      }
     }
   }
   const hvd_backend_v1* table = plugin_.table;
@@ -515,8 +566,9 @@ Status Communicator::call_on_runner(Entry entry, const char* what, const hvd_col
     abort(timed_out(what));
     return health();
   }
-  if (outcome->code == HVD_SUCCESS) return Status::success();
-  return broken_by(what, outcome->code, outcome->message);
+  if (outcome->code != HVD_SUCCESS) return broken_by(what, outcome->code, outcome->message);
+  if (recv_bytes > 0) std::memcpy(args->recvbuf, owned->recv.data(), recv_bytes);
+  return Status::success();
 }
 
 Status Communicator::validate(const char* what, const hvd_collective_args& a, bool uses_op,
