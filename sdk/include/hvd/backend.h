@@ -179,8 +179,8 @@ typedef struct hvd_backend_v1 {
   uint64_t dtypes;
   uint64_t reduce_ops;
 
-  /* The optional 1.1 entries below are specified for the host's communicator split, abort
-   * watchdog and alltoall; this hvd reads them from the table but does not call them yet. */
+  /* The optional 1.1 entries below: this hvd calls abort (its watchdog, hvd_comm_abort, a failed
+   * call) and reads split and alltoall without calling them yet (docs/plugin-abi.md). */
 
   /* 1.1, optional (NULL: the host makes children with init, over their members and with their
    * own host services). Make the child communicator that `args` describes from `parent`, with
@@ -199,8 +199,9 @@ typedef struct hvd_backend_v1 {
    * peers, and it touches only `comm` (the host aborts children itself). It may report what it
    * knows of the failure (an asynchronous error its library recorded) through set_error. The
    * host calls finalize only after abort and the interrupted call have returned. NULL: the host
-   * can only abandon a call in progress (its caller gets HVD_ERR_TIMEOUT; the plugin's thread is
-   * left to finish on its own, and the communicator is never finalized under it). */
+   * can only abandon a call in progress (it runs such a plugin's calls on a thread of its own,
+   * with buffers of its own; its caller gets HVD_ERR_TIMEOUT, the plugin's thread is left to
+   * finish on its own, and the communicator is never finalized under it). */
   hvd_status (*abort)(hvd_backend_comm* comm);
 
   /* 1.1, optional (NULL: the host runs alltoall as other collectives of this plugin). */
