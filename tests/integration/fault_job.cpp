@@ -10,6 +10,8 @@
 //   --count N                float32 elements (default 1048576); --count-for-rank R=N
 //   --stop-rank R            rank R stops itself (SIGSTOP) instead of calling; once rank 0 has
 //                            reported, it kills rank R (SIGKILL), which ends the job
+//   --kill-rank R=MS         rank R kills itself (SIGKILL) MS milliseconds into its call: a peer
+//                            lost in the middle of the data
 //   --linger S               after reporting, wait S seconds before finalizing: a launcher that
 //                            ends the job when one rank leaves (mpirun) lets the others report
 //
@@ -37,6 +39,8 @@ struct Options {
   uint64_t count = 1048576;
   std::map<int, uint64_t> count_for_rank;
   int stop_rank = -1;
+  int kill_rank = -1;
+  int kill_after_ms = 0;
   double linger = 0;
 };
 
@@ -59,6 +63,10 @@ bool parse(int argc, char** argv, Options* o) {
     } else if (arg == "--count-for-rank" && has_value) {
       auto [r, count] = split(argv[++i]);
       o->count_for_rank[r] = std::strtoull(count.c_str(), nullptr, 10);
+    } else if (arg == "--kill-rank" && has_value) {
+      auto [r, ms] = split(argv[++i]);
+      o->kill_rank = r;
+      o->kill_after_ms = std::atoi(ms.c_str());
     } else if (arg == "--linger" && has_value) {
       o->linger = std::atof(argv[++i]);
     } else if (arg == "--stop-rank" && has_value) {
@@ -119,6 +127,12 @@ int main(int argc, char** argv) {
 
   const std::string call = o.call_for_rank.count(rank) ? o.call_for_rank[rank] : o.call;
   const uint64_t count = o.count_for_rank.count(rank) ? o.count_for_rank[rank] : o.count;
+  if (rank == o.kill_rank) {
+    std::thread([ms = o.kill_after_ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      ::raise(SIGKILL);
+    }).detach();
+  }
   const auto start = std::chrono::steady_clock::now();
   const hvd_status s = run(comm, call, count);
   const double seconds =
