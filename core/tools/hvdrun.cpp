@@ -225,6 +225,28 @@ void die_with_hvdrun(pid_t hvdrun, int signal) {
   if (::getppid() != hvdrun) ::_exit(127);
 }
 
+// Waits for `child` to end, passing the first SIGINT or SIGTERM on to it as one SIGTERM: mpirun
+// stops every rank on it, and a second signal would make it exit at once (see the guard). The
+// signals in `waited` (SIGINT, SIGTERM, SIGCHLD) must be blocked in the calling thread: they are
+// taken by sigtimedwait, so that no handler can run between a check and the wait. Returns the
+// signal passed on, 0 for none, -1 when waitpid fails; `status` is the child's. Async-signal-safe
+// (the guard runs it between fork and exit).
+int wait_passing_on(pid_t child, const sigset_t& waited, int* status) {
+  int passed_on = 0;
+  for (;;) {
+    const pid_t done = ::waitpid(child, status, WNOHANG);
+    if (done == child) return passed_on;
+    if (done < 0 && errno != EINTR) return -1;
+    // The tick only bounds a missed SIGCHLD (one taken by a thread that does not block it).
+    const timespec tick = {0, 100 * 1000 * 1000};
+    const int sig = ::sigtimedwait(&waited, nullptr, &tick);
+    if ((sig == SIGINT || sig == SIGTERM) && passed_on == 0) {
+      ::kill(child, SIGTERM);
+      passed_on = sig;
+    }
+  }
+}
+
 }  // namespace
 
 // The hosts of an Open MPI hostfile: the first word of each line, after comments go. A file that
@@ -309,6 +331,17 @@ int launch_with_mpirun(const Options& opt, const std::vector<std::string>& job_e
   // Built before fork: the child may only make async-signal-safe calls.
   const std::string cannot_run = "hvdrun: cannot run '" + opt.mpirun + "': ";
   const char* const need_open_mpi = ": multi-host jobs need Open MPI (Debian: openmpi-bin)\n";
+  // hvdrun and the guard take SIGINT and SIGTERM by waiting for them (wait_passing_on), not
+  // through a handler: blocked from before the fork, so the guard starts with them blocked too.
+  // mpirun gets the mask hvdrun started with.
+  sigset_t waited, previous_mask;
+  ::sigemptyset(&waited);
+  for (const int sig : {SIGINT, SIGTERM, SIGCHLD}) ::sigaddset(&waited, sig);
+  ::pthread_sigmask(SIG_BLOCK, &waited, &previous_mask);
+  if (g_signal != 0) {  // taken by the handler before they were blocked: start nothing
+    std::fprintf(stderr, "hvdrun: got signal %d before mpirun started\n", int(g_signal));
+    return 128 + g_signal;
+  }
   const pid_t self = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -332,6 +365,7 @@ int launch_with_mpirun(const Options& opt, const std::vector<std::string>& job_e
       ::_exit(1);
     }
     if (mpirun == 0) {
+      ::pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
       die_with_hvdrun(guard, SIGTERM);
       ::execvp(args[0], args.data());
       write_stderr(cannot_run.c_str());
@@ -339,16 +373,8 @@ int launch_with_mpirun(const Options& opt, const std::vector<std::string>& job_e
       write_stderr(need_open_mpi);
       ::_exit(127);
     }
-    // hvdrun's signal handler runs here too: what hvdrun forwards (SIGTERM), the guard passes on.
     int mpirun_status = 0;
-    bool passed_on = false;
-    while (::waitpid(mpirun, &mpirun_status, 0) < 0) {
-      if (errno != EINTR) ::_exit(1);
-      if (g_signal != 0 && !passed_on) {
-        ::kill(mpirun, SIGTERM);
-        passed_on = true;
-      }
-    }
+    if (wait_passing_on(mpirun, waited, &mpirun_status) < 0) ::_exit(1);
     if (WIFEXITED(mpirun_status)) ::_exit(WEXITSTATUS(mpirun_status));
     // End as mpirun did, so that hvdrun reports mpirun's own status.
     const int sig = WTERMSIG(mpirun_status);
@@ -358,23 +384,21 @@ int launch_with_mpirun(const Options& opt, const std::vector<std::string>& job_e
     sigset_t unblock;
     ::sigemptyset(&unblock);
     ::sigaddset(&unblock, sig);
-    ::sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
+    ::pthread_sigmask(SIG_UNBLOCK, &unblock, nullptr);
     ::kill(guard, sig);
     ::_exit(128 + sig);
   }
   int status = 0;
-  bool forwarded = false;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return 1;
-    if (g_signal != 0 && !forwarded) {
-      ::kill(pid, SIGTERM);  // mpirun stops every rank
-      forwarded = true;
-    }
+  const int stopped_by = wait_passing_on(pid, waited, &status);
+  ::pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
+  if (stopped_by < 0) {
+    std::perror("hvdrun: waitpid");
+    return 1;
   }
-  if (forwarded) {
-    std::fprintf(stderr, "hvdrun: got signal %d; mpirun stopped the job and %s\n", int(g_signal),
+  if (stopped_by > 0) {
+    std::fprintf(stderr, "hvdrun: got signal %d; mpirun stopped the job and %s\n", stopped_by,
                  describe(status).c_str());
-    return 128 + g_signal;
+    return 128 + stopped_by;
   }
   if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
     std::fprintf(stderr, "hvdrun: job failed: mpirun %s\n", describe(status).c_str());
@@ -545,12 +569,11 @@ int main(int argc, char** argv) {
     host = *chosen;
   }
   const std::string secret = random_secret();
-  // SIGINT and SIGTERM go to the main thread only: the rendezvous server's threads start with
-  // them blocked, so that the main thread's blocking waits are the ones they interrupt.
+  // SIGINT, SIGTERM and SIGCHLD go to the main thread only: the rendezvous server's threads start
+  // with them blocked, so that the main thread's waits are the ones they end.
   sigset_t stop_signals, previous_mask;
   ::sigemptyset(&stop_signals);
-  ::sigaddset(&stop_signals, SIGINT);
-  ::sigaddset(&stop_signals, SIGTERM);
+  for (const int sig : {SIGINT, SIGTERM, SIGCHLD}) ::sigaddset(&stop_signals, sig);
   ::pthread_sigmask(SIG_BLOCK, &stop_signals, &previous_mask);
   auto server = TcpStoreServer::start(HostPort{on_this_host ? host : "0.0.0.0", 0}, secret);
   ::pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
@@ -572,8 +595,9 @@ int main(int argc, char** argv) {
   if (!opt.timeout.empty()) job_env.push_back("HVD_TIMEOUT=" + opt.timeout);
   if (!opt.plugin_path.empty()) job_env.push_back("HVD_PLUGIN_PATH=" + opt.plugin_path);
 
-  // Without SA_RESTART (std::signal sets it): the wait for mpirun must return EINTR, or the
-  // signal would never be passed on and hvdrun would wait out the whole job.
+  // Without SA_RESTART (std::signal sets it): the local launcher's poll is woken by them either
+  // way, and no blocking call of hvdrun's may wait on past a signal. (Through mpirun they are
+  // waited for instead: wait_passing_on.)
   struct sigaction stop = {};
   stop.sa_handler = on_signal;
   ::sigemptyset(&stop.sa_mask);

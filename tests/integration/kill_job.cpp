@@ -105,6 +105,12 @@ struct Rank {
   std::optional<double> gone_ms;  // after the kill
 };
 
+// Whether any process is left to reap, without reaping it (its status is for the caller's loop).
+bool has_children() {
+  siginfo_t info = {};
+  return !(::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD);
+}
+
 void print_log(const fs::path& log) {
   std::ifstream in(log);
   std::printf("---- hvdrun's output ----\n");
@@ -297,7 +303,7 @@ int main(int argc, char** argv) {
       if (pid == job) job_status = status;
       if (!is_rank && pid != job) others[pid] = describe(status);
     }
-    children_left = !(::waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD);
+    children_left = has_children();
     bool ranks_left = false;
     for (auto& [r, rank] : ranks) {
       if (!rank.gone_ms && !alive(rank.pid)) rank.gone_ms = ms_since(killed);
@@ -347,7 +353,7 @@ int main(int argc, char** argv) {
   for (int round = 0; round < 100; ++round) {
     for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
     }
-    if (::waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD) break;
+    if (!has_children()) break;
     std::ifstream children("/proc/" + std::to_string(::getpid()) + "/task/" +
                            std::to_string(::getpid()) + "/children");
     for (pid_t pid; children >> pid;) ::kill(pid, SIGKILL);
