@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "bootstrap/env.hpp"
@@ -95,8 +96,15 @@ std::vector<std::string> all_backends(const core::EnvLookup& env) {
 
 class Runner {
  public:
-  Runner(const Options& options, Comm& comm, Report& report, DirectLibrary* direct, int device)
-      : o_(options), comm_(comm), report_(report), direct_(direct), device_(device) {}
+  // `checked`: the same backend opened with HVD_CHECK_ARGS=1 (--check-args), or null.
+  Runner(const Options& options, Comm& comm, Report& report, DirectLibrary* direct, Comm* checked,
+         int device)
+      : o_(options),
+        comm_(comm),
+        report_(report),
+        direct_(direct),
+        checked_(checked),
+        device_(device) {}
 
   Status run(Collective collective) {
     const int n = comm_.size();
@@ -265,34 +273,46 @@ class Runner {
       std::string unsupported = with_direct ? direct_->unsupported(c) : "not asked";
       const bool direct_here = with_direct && unsupported.empty();
       const Call direct_call = [&] { return direct_->run(c); };
+      const Call checked_call = [&] { return run_through_hvd(*checked_, c); };
+      if (with_direct && !direct_here) row.direct_unsupported = unsupported;
       HVD_RETURN_IF_ERROR(prepare(c, p == 1));
       HVD_RETURN_IF_ERROR(warm(through_hvd, o_.warmup_iters));
-      if (direct_here) {
-        // Call by call, alternating, each timed: both sides see the same moments of a noisy
+      if (direct_here || checked_ != nullptr) {
+        // Call by call, alternating, each timed: every side sees the same moments of a noisy
         // machine, and the medians give a ratio that one hiccup cannot move.
-        HVD_RETURN_IF_ERROR(warm(direct_call, o_.warmup_iters));
-        std::vector<double> hvd_s, direct_s;
+        if (direct_here) HVD_RETURN_IF_ERROR(warm(direct_call, o_.warmup_iters));
+        if (checked_ != nullptr) HVD_RETURN_IF_ERROR(warm(checked_call, o_.warmup_iters));
+        std::vector<double> hvd_s, direct_s, checked_s;
         HVD_RETURN_IF_ERROR(comm_.barrier());
         for (int i = 0; i < o_.iters; ++i) {
           HVD_RETURN_IF_ERROR(time_call(through_hvd, hvd_s));
-          HVD_RETURN_IF_ERROR(time_call(direct_call, direct_s));
+          if (direct_here) HVD_RETURN_IF_ERROR(time_call(direct_call, direct_s));
+          if (checked_ != nullptr) HVD_RETURN_IF_ERROR(time_call(checked_call, checked_s));
         }
         HVD_ASSIGN_OR_RETURN(row.hvd[p], timing_over_ranks(hvd_s));
-        HVD_ASSIGN_OR_RETURN(Timing direct_timing, timing_over_ranks(direct_s));
-        if (o_.check) {
-          HVD_ASSIGN_OR_RETURN(uint64_t wrong, check(c, p == 1, direct_call));
-          direct_timing.wrong = wrong;
-          if (wrong > 0) {
-            report_.note("warning: the direct baseline returned " + std::to_string(wrong) +
-                         " wrong elements (size " + std::to_string(result_size) + ")");
+        if (direct_here) {
+          HVD_ASSIGN_OR_RETURN(Timing direct_timing, timing_over_ranks(direct_s));
+          if (o_.check) {
+            HVD_ASSIGN_OR_RETURN(uint64_t wrong, check(c, p == 1, direct_call));
+            direct_timing.wrong = wrong;
+            if (wrong > 0) {
+              report_.note("warning: the direct baseline returned " + std::to_string(wrong) +
+                           " wrong elements (size " + std::to_string(result_size) + ")");
+            }
           }
+          row.direct[p] = direct_timing;
         }
-        row.direct[p] = direct_timing;
+        if (checked_ != nullptr) {
+          HVD_ASSIGN_OR_RETURN(Timing checked_timing, timing_over_ranks(checked_s));
+          if (o_.check) {
+            HVD_ASSIGN_OR_RETURN(checked_timing.wrong, check(c, p == 1, checked_call));
+          }
+          row.checked[p] = checked_timing;
+        }
       } else {
         HVD_ASSIGN_OR_RETURN(double seconds, time_block(through_hvd, o_.iters));
         HVD_ASSIGN_OR_RETURN(double sum, sum_over_ranks(comm_, seconds));
         row.hvd[p].seconds = sum / n;
-        if (with_direct) row.direct_unsupported = unsupported;
       }
       if (o_.check) {
         HVD_ASSIGN_OR_RETURN(uint64_t wrong, check(c, p == 1, through_hvd));
@@ -366,6 +386,7 @@ class Runner {
   Comm& comm_;
   Report& report_;
   DirectLibrary* direct_;
+  Comm* checked_;
   int device_;
   Buffer send_, recv_;
   std::vector<char> expected_, staging_;
@@ -390,12 +411,14 @@ class Bench {
     if (o_.tensors > 0) return run_fusion(backends);
     bool failed = false;
     for (const std::string& name : backends) {
-      Result<Comm> comm = Comm::init(Comm::Options{name, o_.timeout_seconds});
+      // --check-args: this one without the check, whatever the environment says.
+      Result<Comm> comm = o_.check_args ? init_with_check_args(name, "0")
+                                        : Comm::init(Comm::Options{name, o_.timeout_seconds});
       if (!comm.ok()) {
         report_.skip(name.empty() ? "(default)" : name, comm.status().message());
         continue;
       }
-      const Status s = run_backend(*comm);
+      const Status s = run_backend(*comm, name);
       if (!s.ok()) {
         std::fprintf(stderr, "hvd-bench: rank %d: backend %s: %s\n", comm->rank(),
                      comm->backend().c_str(), s.to_string().c_str());
@@ -470,6 +493,22 @@ class Bench {
     return comm;
   }
 
+  // A communicator opened with HVD_CHECK_ARGS=`value` (hvd_init reads it), every rank alike;
+  // the environment is restored afterwards.
+  Result<Comm> init_with_check_args(const std::string& backend, const char* value) {
+    const char* before = ::getenv("HVD_CHECK_ARGS");
+    const std::optional<std::string> saved =
+        before != nullptr ? std::optional<std::string>(before) : std::nullopt;
+    ::setenv("HVD_CHECK_ARGS", value, 1);
+    Result<Comm> comm = Comm::init(Comm::Options{backend, o_.timeout_seconds});
+    if (saved) {
+      ::setenv("HVD_CHECK_ARGS", saved->c_str(), 1);
+    } else {
+      ::unsetenv("HVD_CHECK_ARGS");
+    }
+    return comm;
+  }
+
   // The exit status: the JSON written (with the backends skipped after the last one that ran),
   // and failed if anything was wrong or nothing ran.
   int conclude(bool failed) {
@@ -508,7 +547,7 @@ class Bench {
     return Status::success();
   }
 
-  Status run_backend(Comm& comm) {
+  Status run_backend(Comm& comm, const std::string& name) {
     int device = -1;
     if (o_.memory == HVD_MEMORY_CUDA) {
       HVD_ASSIGN_OR_RETURN(device, cuda_device_for(comm.local_rank()));
@@ -531,6 +570,12 @@ class Bench {
                      (opened.ok() ? "it failed on another rank" : opened.status().message()));
       }
     }
+    // --check-args: the same backend once more, checking every blocking call's arguments.
+    std::optional<Comm> checked;
+    if (o_.check_args) {
+      HVD_ASSIGN_OR_RETURN(Comm opened, init_with_check_args(name, "1"));
+      checked.emplace(std::move(opened));
+    }
     for (Collective collective : o_.collectives) {
       TableInfo table;
       table.backend = comm.backend();
@@ -538,12 +583,13 @@ class Bench {
       table.transport = transport_of(comm.backend(), env_);
       table.collective = collective;
       if (direct) table.direct_call = direct->call_name(collective);
+      table.check_args = checked.has_value();
       report_.begin_table(table);
-      Runner runner(o_, comm, report_, direct.get(), device);
+      Runner runner(o_, comm, report_, direct.get(), checked ? &*checked : nullptr, device);
       HVD_RETURN_IF_ERROR(runner.run(collective));
       report_.end_table();
     }
-    return Status::success();
+    return checked ? checked->finalize() : Status::success();
   }
 
   std::string backend_version(const std::string& name) const {

@@ -163,6 +163,9 @@ const char* usage_text() {
          "                          after another in this job (default: HVD_BACKEND, or gloo)\n"
          "  --baseline              time the library directly beside hvd (MPI_Allreduce, the\n"
          "                          Gloo algorithms the plugin runs, ...) and print hvd/direct\n"
+         "  --check-args            time every call also on a second communicator opened with\n"
+         "                          HVD_CHECK_ARGS=1, alternating, and print the overhead of the\n"
+         "                          argument check (with minus without, us and %)\n"
          "  --latency               OSU-style per-call latency: avg, p50, p99 (defaults to 1000\n"
          "                          iterations up to 8 KiB, 100 above)\n"
          "  --tensors K             the fusion mode: K float tensors per step through the\n"
@@ -289,6 +292,8 @@ Result<Options> parse_options(int argc, char** argv) {
       });
     } else if (arg == "--baseline") {
       o.baseline = true;
+    } else if (arg == "--check-args") {
+      o.check_args = true;
     } else if (arg == "--tensors") {
       s = take([&](const std::string& v) -> Status {
         HVD_ASSIGN_OR_RETURN(long n, parse_int("--tensors", v, 1, 1 << 20));
@@ -317,6 +322,9 @@ Result<Options> parse_options(int argc, char** argv) {
   }
   for (const std::string& b : o.backends) {
     if (b == "all" && o.backends.size() > 1) return usage_error("--backend all stands alone");
+  }
+  if (o.check_args && (o.latency || o.tensors > 0)) {
+    return usage_error("--check-args times the bandwidth table: not with --latency or --tensors");
   }
   if (o.latency) {
     if (!o.iters_given) o.iters = 0;  // per size: OSU's 1000 / 100

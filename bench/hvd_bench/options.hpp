@@ -30,6 +30,7 @@ struct Options {
   std::vector<hvd_reduce_op> ops = {HVD_SUM};
   int root = 0;  // -r
   bool baseline = false;
+  bool check_args = false;  // --check-args: each call also timed with HVD_CHECK_ARGS=1
   bool latency = false;
   int tensors = 0;               // --tensors K: the fusion mode (K named tensors per step)
   uint64_t tensor_bytes = 4096;  // --tensor-bytes

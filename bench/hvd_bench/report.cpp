@@ -42,6 +42,14 @@ double hvd_over_direct(const Timing& hvd, const Timing& direct) {
   return direct.median_seconds.value_or(NAN) / hvd.median_seconds.value_or(NAN);
 }
 
+// --check-args' overhead: the checked call's per-call median over (or minus) the unchecked one's.
+double check_overhead_us(const Timing& plain, const Timing& checked) {
+  return (checked.median_seconds.value_or(NAN) - plain.median_seconds.value_or(NAN)) * 1e6;
+}
+double check_overhead_percent(const Timing& plain, const Timing& checked) {
+  return (checked.median_seconds.value_or(NAN) / plain.median_seconds.value_or(NAN) - 1) * 100;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -177,6 +185,8 @@ void Report::begin_table(const TableInfo& table) {
     std::printf("# %10s  %12s  %8s  %6s  %6s  %32s  %32s", "", "", "", "", "",
                 "out-of-place           ", "in-place           ");
     if (direct) std::printf("  |  %25s  %25s", "direct out-of-place", "direct in-place");
+    if (table.check_args)
+      std::printf("  |  %26s  %26s", "check-args out-of-place", "check-args in-place");
     std::printf("\n# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
     for (int p = 0; p < 2; ++p)
       std::printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
@@ -184,11 +194,19 @@ void Report::begin_table(const TableInfo& table) {
       std::printf("  |");
       for (int p = 0; p < 2; ++p) std::printf("  %7s  %6s  %7s", "time", "busbw", "hvd/dir");
     }
+    if (table.check_args) {
+      std::printf("  |");
+      for (int p = 0; p < 2; ++p) std::printf("  %7s  %8s  %7s", "time", "overhead", "overhead");
+    }
     std::printf("\n# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
     for (int p = 0; p < 2; ++p) std::printf("  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
     if (direct) {
       std::printf("  |");
       for (int p = 0; p < 2; ++p) std::printf("  %7s  %6s  %7s", "(us)", "(GB/s)", "");
+    }
+    if (table.check_args) {
+      std::printf("  |");
+      for (int p = 0; p < 2; ++p) std::printf("  %7s  %8s  %7s", "(us)", "(us)", "(%)");
     }
     std::printf("\n");
   }
@@ -200,6 +218,9 @@ void Report::row(const Row& r) {
   table.rows.push_back(r);
   for (const Timing& t : r.hvd) {
     if (t.wrong && *t.wrong > 0) any_wrong_ = true;
+  }
+  for (const std::optional<Timing>& t : r.checked) {
+    if (t && t->wrong && *t->wrong > 0) any_wrong_ = true;
   }
   if (!printing_) return;
   const double factor = busbw_factor(table.info.collective);
@@ -223,6 +244,18 @@ void Report::row(const Row& r) {
       std::printf("  %7s  %6s  %7.3f", time_text(r.direct[p]->seconds * 1e6).c_str(),
                   std::isnan(factor) ? "N/A" : number(algbw * factor).c_str(),
                   hvd_over_direct(r.hvd[p], *r.direct[p]));
+    }
+  }
+  if (table.info.check_args) {
+    std::printf("  |");
+    for (int p = 0; p < 2; ++p) {
+      if (!r.checked[p]) {
+        std::printf("  %7s  %8s  %7s", "n/a", "", "");
+        continue;
+      }
+      std::printf("  %7s  %+8.2f  %+7.1f", time_text(r.checked[p]->seconds * 1e6).c_str(),
+                  check_overhead_us(r.hvd[p], *r.checked[p]),
+                  check_overhead_percent(r.hvd[p], *r.checked[p]));
     }
   }
   std::printf("\n");
@@ -262,6 +295,9 @@ void Report::end_table() {
         wrong += *t.wrong;
       }
     }
+    for (const std::optional<Timing>& t : r.checked) {
+      if (t && t->wrong) wrong += *t->wrong;
+    }
   }
   for (const LatencyRow& r : table.latency) {
     if (r.wrong) {
@@ -299,6 +335,32 @@ void Report::end_table() {
       if (!ratios_large.empty()) {
         std::printf("; at >= 1 MiB median %.3f, min %.3f", median(ratios_large),
                     *std::min_element(ratios_large.begin(), ratios_large.end()));
+      }
+      std::printf("\n");
+    }
+    if (table.info.check_args && !table.rows.empty() && table.rows.front().checked[0]) {
+      const Row& first = table.rows.front();
+      std::printf("# HVD_CHECK_ARGS=1 overhead (with - without, per-call medians): at %llu B",
+                  static_cast<unsigned long long>(first.size));
+      for (int p = 0; p < 2; ++p) {
+        if (!first.checked[p]) continue;
+        std::printf(" %+.2f us (%+.1f %%) %s", check_overhead_us(first.hvd[p], *first.checked[p]),
+                    check_overhead_percent(first.hvd[p], *first.checked[p]),
+                    p == 0 ? "out of place," : "in place");
+      }
+      std::vector<double> percent_large, us_large;
+      for (const Row& r : table.rows) {
+        for (int p = 0; p < 2; ++p) {
+          if (r.size < kRatioFloor || !r.checked[p]) continue;
+          percent_large.push_back(check_overhead_percent(r.hvd[p], *r.checked[p]));
+          us_large.push_back(check_overhead_us(r.hvd[p], *r.checked[p]));
+        }
+      }
+      if (!percent_large.empty()) {
+        std::printf("; at >= 1 MiB median %+.2f %% (%+.1f us), max %+.2f %% over %zu",
+                    median(percent_large), median(us_large),
+                    *std::max_element(percent_large.begin(), percent_large.end()),
+                    percent_large.size());
       }
       std::printf("\n");
     }
@@ -412,6 +474,19 @@ Status Report::write_json(const std::string& path) const {
         }
         o.add("direct", d.text());
       }
+      if (table.info.check_args) {
+        JsonObject k;
+        const char* keys[2] = {"out_of_place", "in_place"};
+        for (int p = 0; p < 2; ++p) {
+          if (!r.checked[p]) continue;
+          k.add(keys[p], timing(*r.checked[p], r.size, factor))
+              .num(std::string("overhead_us_") + keys[p],
+                   check_overhead_us(r.hvd[p], *r.checked[p]))
+              .num(std::string("overhead_percent_") + keys[p],
+                   check_overhead_percent(r.hvd[p], *r.checked[p]));
+        }
+        o.add("check_args", k.text());
+      }
       results.push_back(o.text());
     }
     for (const LatencyRow& r : table.latency) {
@@ -486,7 +561,8 @@ Status Report::write_json(const std::string& path) const {
                    : o.latency   ? "latency"
                                  : "bandwidth")
       .str("memory", o.memory == HVD_MEMORY_CUDA ? "cuda" : "host")
-      .add("baseline", o.baseline ? "true" : "false");
+      .add("baseline", o.baseline ? "true" : "false")
+      .add("check_args", o.check_args ? "true" : "false");
   JsonObject top;
   top.str("benchmark", "hvd-bench")
       .str("version", job_.hvd_version)

@@ -27,6 +27,7 @@ struct TableInfo {
   std::string transport;  // what the backend's bytes travel on, as far as hvd-bench can tell
   Collective collective = Collective::kAllreduce;
   std::string direct_call;  // "MPI_Allreduce"; empty without --baseline (or without one)
+  bool check_args = false;  // --check-args: rows carry `checked`
 };
 
 // One timed placement (out of place or in place): seconds per call averaged over the ranks (the
@@ -51,6 +52,9 @@ struct Row : Message {
   Timing hvd[2];                    // [0] out of place, [1] in place
   std::optional<Timing> direct[2];  // absent without a baseline, or where it cannot run
   std::string direct_unsupported;   // why not, then
+  // --check-args: the same call on a communicator opened with HVD_CHECK_ARGS=1, timed call by
+  // call alternating with `hvd` (both have per-call medians then).
+  std::optional<Timing> checked[2];
 };
 
 // Per-call latency statistics in microseconds (avg over ranks; percentiles and max of the

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # hvd-bench as a user runs it: a short job at 3 ranks whose JSON must parse and report no wrong
-# element; the same on a deliberately wrong backend, where the check must catch it; the plot.
+# element; --check-args' overhead columns; the same on a deliberately wrong backend, where the
+# check must catch it; the plot.
 #
 #   hvd_bench_test.sh HVDRUN HVD_BENCH HVD_BENCH_PLOT TEST_PLUGIN_DIR [MPIRUN]
 set -euo pipefail
@@ -34,6 +35,17 @@ echo "== latency mode"
   -w 2 -J "$work/latency.json" >/dev/null
 jq -e '[.results[] | .latency_us.p50 > 0 and .nwrong == 0] | all' "$work/latency.json" \
   >/dev/null || fail "latency results are missing or wrong"
+
+echo "== --check-args: each call also on a communicator with HVD_CHECK_ARGS=1, and the overhead"
+"$hvdrun" -np 2 --timeout 120 -- "$bench" --backend gloo --check-args -b 8 -e 512 -f 8 -n 3 -w 1 \
+  -C allreduce,broadcast -J "$work/check.json" >"$work/check.txt"
+grep -q "overhead" "$work/check.txt" || fail "no overhead column with --check-args"
+grep -q "HVD_CHECK_ARGS=1 overhead" "$work/check.txt" || fail "no overhead footer with --check-args"
+jq -e '.settings.check_args and ([.results[] | .check_args |
+         (.overhead_us_out_of_place | type == "number") and .in_place.nwrong == 0] | all) and
+       (.results | length == 6)' "$work/check.json" >/dev/null ||
+  fail "check_args results: $(jq -c '.results' "$work/check.json")"
+if "$bench" --check-args --latency >/dev/null 2>&1; then fail "--check-args --latency was accepted"; fi
 
 echo "== fusion mode: 64 named tensors per step, fused, grouped and unfused"
 "$hvdrun" -np 3 --timeout 120 -- "$bench" --backend gloo --tensors 64 --tensor-bytes 1K -n 3 -w 1 \
