@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -47,6 +48,14 @@ void sync() { ASSERT_EQ(hvd_barrier(g_sync), HVD_SUCCESS) << hvd_last_error(); }
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The time a rank took to see an error, for docs/reliability.md (scripts/reliability.sh).
+double measured(const char* what, double seconds) {
+  std::printf("[measured] backend=%s ranks=%d rank=%d test=%s %s=%.3f s\n",
+              hvd_backend_name(g_sync), hvd_size(g_sync), hvd_rank(g_sync),
+              ::testing::UnitTest::GetInstance()->current_test_info()->name(), what, seconds);
+  return seconds;
 }
 
 // Every test starts and ends with the ranks in step, and unsets what it set.
@@ -205,7 +214,7 @@ TEST_F(Faults, ALocallyInvalidBlockingCallFailsOnEveryRankAndKeepsCallsMatched) 
   EXPECT_EQ(hvd_allreduce(comm, buffer, buffer, 8, HVD_INT32, HVD_SUM, nullptr),
             HVD_ERR_INVALID_ARGUMENT);
   const std::string message = hvd_last_error();
-  EXPECT_LT(seconds_since(start), kTimeout) << message;
+  EXPECT_LT(measured("error", seconds_since(start)), kTimeout) << message;
   if (rank() == bad) {
     EXPECT_EQ(message, "ALLREDUCE 'hvd.blocking.0': buffer is NULL for 8 elements");
   } else {
@@ -250,7 +259,7 @@ TEST_F(Faults, ABlockingCallThroughTheSchedulerIsBoundedByTheTimeout) {
   if (rank() == 0) {  // the others never make this call
     const auto start = Clock::now();
     EXPECT_EQ(allreduce_ones(comm), HVD_ERR_TIMEOUT);
-    const double took = seconds_since(start);
+    const double took = measured("error", seconds_since(start));
     const std::string message = hvd_last_error();
     EXPECT_GE(took, kTimeout) << message;
     EXPECT_LT(took, kBound) << message;
@@ -280,7 +289,7 @@ TEST_F(Faults, ABlockingCallOnTheBackendIsBoundedByTheTimeout) {
   if (rank() == 0) {  // the others never make this call
     const auto start = Clock::now();
     EXPECT_NE(allreduce_ones(comm), HVD_SUCCESS);
-    const double took = seconds_since(start);
+    const double took = measured("error", seconds_since(start));
     const std::string message = hvd_last_error();
     EXPECT_LT(took, kBound) << message;
     EXPECT_NE(allreduce_ones(comm), HVD_SUCCESS);
@@ -303,7 +312,7 @@ TEST_F(Faults, AbortFromAnotherThreadEndsACallInProgress) {
     });
     const auto start = Clock::now();
     EXPECT_NE(allreduce_ones(comm), HVD_SUCCESS);
-    const double took = seconds_since(start);
+    const double took = measured("error", seconds_since(start));
     aborter.join();
     EXPECT_LT(took, 1.5) << hvd_last_error();
     const std::string aborted = "the communicator was aborted by the application (hvd_comm_abort)";
@@ -360,7 +369,7 @@ TEST_F(Faults, FinalizeAfterAStallShutdownIsQuickAndReportsIt) {
   EXPECT_EQ(hvd_finalize(comm), HVD_ERR_TIMEOUT);
   EXPECT_NE(std::string(hvd_last_error()).find("stall shutdown"), std::string::npos)
       << hvd_last_error();
-  EXPECT_LT(seconds_since(start), 1);
+  EXPECT_LT(measured("finalize", seconds_since(start)), 1);
 }
 
 // ---- plugins that ignore their timeout ----------------------------------------------------
@@ -372,7 +381,7 @@ TEST_F(Faults, APluginThatIgnoresItsTimeoutIsStoppedByTheWatchdog) {
   hvd_comm* comm = open();
   const auto start = Clock::now();
   EXPECT_NE(allreduce_ones(comm), HVD_SUCCESS);
-  const double took = seconds_since(start);
+  const double took = measured("error", seconds_since(start));
   const std::string message = hvd_last_error();
   EXPECT_LT(took, kBound) << message;
   if (rank() == 0) {
@@ -401,7 +410,7 @@ TEST_F(Faults, AFinalizeThatHangsIsWalkedAwayFrom) {
       std::string(hvd_last_error()),
       "finalize on backend '" + backend() +
           "' did not return within HVD_TIMEOUT (2 s) + 1 s: its communicator is left unreleased");
-  EXPECT_LT(seconds_since(start), kBound);
+  EXPECT_LT(measured("finalize", seconds_since(start)), kBound);
 }
 
 }  // namespace
