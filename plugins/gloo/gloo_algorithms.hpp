@@ -16,6 +16,7 @@
 #define HVD_PLUGINS_GLOO_ALGORITHMS_HPP
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -100,27 +101,48 @@ class ReusedAllreduces {
   static constexpr size_t kMaxEntries = 8;
   static constexpr size_t kMaxBytes = size_t{128} << 20;
 
+  // Votes: fits[i] is 1 where this rank's buffer is that of the i-th entry of this call's shape
+  // (in the order get() considers them), 0 elsewhere.
+  using Fits = std::array<int, kMaxEntries>;
+
+  template <typename T>
+  Fits fits(const T* data, int count, const gloo::ReductionFunction<T>* reduction) const {
+    Fits votes{};
+    size_t i = 0;
+    for (const Entry& entry : entries_) {
+      if (entry.reduction == reduction && entry.count == count) votes[i++] = entry.data == data;
+    }
+    return votes;
+  }
+
+  // The object to run, the ranks agreeing through an allreduce of their votes on the sync mesh.
   template <typename T>
   gloo::Algorithm& get(const std::shared_ptr<gloo::Context>& context,
                        const std::shared_ptr<gloo::Context>& sync, T* data, int count,
                        const gloo::ReductionFunction<T>* reduction) {
-    std::vector<std::list<Entry>::iterator> candidates;  // this call's shape, on any buffers
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->reduction == reduction && it->count == count) candidates.push_back(it);
-    }
-    if (!candidates.empty()) {
-      // 1 where this rank's buffer is the entry's; the minimum over the ranks, 1 where every
-      // rank's is.
-      std::vector<int> fits(candidates.size());
-      for (size_t i = 0; i < fits.size(); ++i) fits[i] = candidates[i]->data == data ? 1 : 0;
-      gloo::AllreduceRing<int>(sync, {fits.data()}, static_cast<int>(fits.size()),
+    Fits everywhere = fits(data, count, reduction);
+    if (std::any_of(entries_.begin(), entries_.end(), [&](const Entry& entry) {
+          return entry.reduction == reduction && entry.count == count;
+        })) {
+      gloo::AllreduceRing<int>(sync, {everywhere.data()}, static_cast<int>(everywhere.size()),
                                gloo::ReductionFunction<int>::min)
           .run();
-      for (size_t i = 0; i < fits.size(); ++i) {
-        if (fits[i] == 1) {
-          entries_.splice(entries_.begin(), entries_, candidates[i]);
-          return *entries_.front().algorithm;
-        }
+    }
+    return get_agreed(context, data, count, reduction, everywhere);
+  }
+
+  // The same, with the votes already combined by the caller: `everywhere` is the minimum over
+  // the ranks of their fits() (hvd's gloo backend sends them with its call agreement, saving
+  // the round trip).
+  template <typename T>
+  gloo::Algorithm& get_agreed(const std::shared_ptr<gloo::Context>& context, T* data, int count,
+                              const gloo::ReductionFunction<T>* reduction, const Fits& everywhere) {
+    size_t i = 0;
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->reduction != reduction || it->count != count) continue;
+      if (everywhere[i++] == 1) {
+        entries_.splice(entries_.begin(), entries_, it);
+        return *entries_.front().algorithm;
       }
     }
     const size_t bytes = static_cast<size_t>(count) * sizeof(T);
@@ -223,9 +245,21 @@ void allgatherv(const std::shared_ptr<gloo::Context>& context, T* recv,
 
 }  // namespace detail
 
-// data[i] = reduction over the ranks of data[i], in place.
+// Whether an allreduce of `count` elements runs one reused object (ReusedAllreduces), whose
+// votes a caller may then gather itself and pass to allreduce().
 template <typename T>
-void allreduce(Meshes& meshes, T* data, size_t count, const gloo::ReductionFunction<T>* reduction) {
+bool reuses_one_object(size_t count) {
+  const size_t bytes = count * sizeof(T);
+  return bytes <= kMaxPieceBytes && bytes >= kChunkedRingFromBytes &&
+         ReusedAllreduces::holds(bytes);
+}
+
+// data[i] = reduction over the ranks of data[i], in place. `agreed`: where reuses_one_object, the
+// minimum over the ranks of ReusedAllreduces::fits(), gathered by the caller; null, and the ranks
+// exchange them here.
+template <typename T>
+void allreduce(Meshes& meshes, T* data, size_t count, const gloo::ReductionFunction<T>* reduction,
+               const ReusedAllreduces::Fits* agreed = nullptr) {
   const auto& context = meshes.for_bytes(count * sizeof(T));
   const size_t piece = kMaxPieceBytes / sizeof(T);
   for (size_t done = 0; done < count; done += piece) {
@@ -234,7 +268,11 @@ void allreduce(Meshes& meshes, T* data, size_t count, const gloo::ReductionFunct
     if (bytes < kChunkedRingFromBytes) {
       gloo::AllreduceRing<T>(context, {data + done}, n, reduction).run();
     } else if (ReusedAllreduces::holds(bytes)) {
-      meshes.reused->get(context, meshes.sync, data + done, n, reduction).run();
+      if (agreed != nullptr && reuses_one_object<T>(count)) {
+        meshes.reused->get_agreed(context, data, n, reduction, *agreed).run();
+      } else {
+        meshes.reused->get(context, meshes.sync, data + done, n, reduction).run();
+      }
     } else {
       gloo::AllreduceRingChunked<T>(context, {data + done}, n, reduction).run();
     }

@@ -272,11 +272,15 @@ class Sockets {
   std::vector<int> fds_;  // written before the communicator is handed out, then only read
 };
 
-// What a rank is about to run on the event-loop mesh, as words for one AllgatherRing.
+// What a rank is about to run on the event-loop mesh, as words for one AllgatherRing: the shape,
+// which must be the same everywhere, then an allreduce's votes on reusing an algorithm object
+// (ReusedAllreduces::Fits), which the ranks combine.
 struct CallShape {
   enum Kind : uint64_t { kAllreduce = 1, kAllgather, kAllgatherv, kBroadcast };
   static constexpr uint64_t kMagic = 0x68766463616c6c31;  // "hvdcall1": not some other message
   static constexpr size_t kWords = 6;
+  static constexpr size_t kRecordWords =
+      kWords + hvd::gloo_algorithms::ReusedAllreduces::kMaxEntries;
   using Words = std::array<uint64_t, kWords>;
 
   // kind, dtype, count, then the op (allreduce), root (broadcast) or a hash of the per-rank
@@ -389,13 +393,23 @@ class GlooBackend {
     const size_t element = hvd_dtype_size(a.dtype);
     if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
     if (meshes_) {
-      HVD_RETURN_IF_ERROR(agree_before_event_loop(
-          "allreduce", a.count * element,
-          CallShape::of(CallShape::kAllreduce, a.dtype, a.count, static_cast<uint64_t>(a.op))));
-      Status s = guarded("allreduce", a.count * element, [&] {
-        with_reduction(a.dtype, a.op, [&](auto t, const auto* reduction) {
-          using T = decltype(t);
-          hvd::gloo_algorithms::allreduce(meshes_, static_cast<T*>(a.recvbuf), a.count, reduction);
+      const size_t bytes = a.count * element;
+      const CallShape::Words shape =
+          CallShape::of(CallShape::kAllreduce, a.dtype, a.count, static_cast<uint64_t>(a.op));
+      Status s;
+      with_reduction(a.dtype, a.op, [&](auto t, const auto* reduction) {
+        using T = decltype(t);
+        T* data = static_cast<T*>(a.recvbuf);
+        // A reused algorithm object's votes travel with the agreement: one round trip, not two.
+        std::optional<hvd::gloo_algorithms::ReusedAllreduces::Fits> votes;
+        if (hvd::gloo_algorithms::reuses_one_object<T>(a.count)) {
+          votes = meshes_.reused->fits(data, static_cast<int>(a.count), reduction);
+        }
+        s = agree_before_event_loop("allreduce", bytes, shape, votes ? &*votes : nullptr);
+        if (!s.ok()) return;
+        s = guarded("allreduce", bytes, [&] {
+          hvd::gloo_algorithms::allreduce(meshes_, data, a.count, reduction,
+                                          votes ? &*votes : nullptr);
         });
       });
       if (!s.ok()) return s;
@@ -512,25 +526,47 @@ class GlooBackend {
   // every rank has seen the same shapes, and fails alike with HVD_ERR_MISMATCH, leaving both
   // meshes as they were. A rank whose call stays on the sync mesh meanwhile (a disagreement
   // across the 64 KiB line) fails the exchange on its caller's thread, also an error.
-  Status agree_before_event_loop(const char* what, size_t bytes, const CallShape::Words& mine) {
+  //
+  // `votes`, for an allreduce that reuses an algorithm object (at least 1 MiB, so always past
+  // this exchange): this rank's ReusedAllreduces::fits() in, the minimum over the ranks out, which
+  // saves ReusedAllreduces its own round trip.
+  Status agree_before_event_loop(const char* what, size_t bytes, const CallShape::Words& shape,
+                                 hvd::gloo_algorithms::ReusedAllreduces::Fits* votes = nullptr) {
     if (bytes <= hvd::gloo_algorithms::kSyncMeshMaxBytes) return Status::success();
-    std::vector<uint64_t> all(CallShape::kWords * static_cast<size_t>(size_));
+    constexpr size_t kRecord = CallShape::kRecordWords;
+    std::array<uint64_t, kRecord> mine{};
+    std::copy(shape.begin(), shape.end(), mine.begin());
+    if (votes != nullptr) {
+      for (size_t i = 0; i < votes->size(); ++i) {
+        mine[CallShape::kWords + i] = static_cast<uint64_t>((*votes)[i]);
+      }
+    }
+    std::vector<uint64_t> all(kRecord * static_cast<size_t>(size_));
     HVD_RETURN_IF_ERROR(guarded(what, 0, [&] {
       gloo::AllgatherRing<uint64_t>(meshes_.sync, {mine.data()}, all.data(),
-                                    static_cast<int>(CallShape::kWords))
+                                    static_cast<int>(kRecord))
           .run();
     }));
+    auto record = [&](int r) { return all.begin() + static_cast<ptrdiff_t>(r * kRecord); };
     bool same = true;
-    for (int r = 0; r < size_ && same; ++r) {
-      same = std::equal(mine.begin(), mine.end(), all.begin() + r * CallShape::kWords);
+    for (int r = 0; r < size_ && same; ++r)
+      same = std::equal(shape.begin(), shape.end(), record(r));
+    if (!same) {
+      std::string text = std::string("gloo ") + what + ": the ranks called different collectives:";
+      for (int r = 0; r < size_; ++r) {
+        text += (r == 0 ? " rank " : "; rank ") + std::to_string(r) + " " +
+                CallShape::describe(&*record(r));
+      }
+      return Status(HVD_ERR_MISMATCH, text);
     }
-    if (same) return Status::success();
-    std::string text = std::string("gloo ") + what + ": the ranks called different collectives:";
-    for (int r = 0; r < size_; ++r) {
-      text += (r == 0 ? " rank " : "; rank ") + std::to_string(r) + " " +
-              CallShape::describe(all.data() + static_cast<size_t>(r) * CallShape::kWords);
+    if (votes != nullptr) {
+      for (int r = 0; r < size_; ++r) {
+        for (size_t i = 0; i < votes->size(); ++i) {
+          (*votes)[i] = std::min((*votes)[i], static_cast<int>(record(r)[CallShape::kWords + i]));
+        }
+      }
     }
-    return Status(HVD_ERR_MISMATCH, text);
+    return Status::success();
   }
 
   // Every rank has finished connectFullMesh once this returns. Without it a rank could leave
