@@ -636,6 +636,22 @@ TEST(CudaMemory, StagedThroughHostMemoryEveryCollectiveIsExact) {
 // ones the backend declared are exact, the others fail with the same message on every rank and
 // never reach the backend (a backend that cannot carry negotiation negotiates through
 // HVD_CONTROLLER).
+// Abort is local and sticks: every later call fails with the abort's error, finalize reports it.
+TEST(Abort, EveryLaterCallFailsWithTheAbortAndFinalizeReportsIt) {
+  auto made = hvd::Comm::init();
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  hvd::Comm comm = std::move(made).value();
+  ASSERT_TRUE(comm.abort().ok());
+  ASSERT_TRUE(comm.abort().ok());  // idempotent
+  int32_t x = 1;
+  const hvd::Status s = comm.allreduce(&x, &x, 1, HVD_INT32, HVD_SUM);
+  EXPECT_EQ(s.code(), HVD_ERR_STATE);
+  EXPECT_EQ(s.message(), "the communicator was aborted by the application (hvd_comm_abort)");
+  const hvd::Status finalized = comm.finalize();
+  EXPECT_EQ(finalized.code(), HVD_ERR_STATE);
+  EXPECT_EQ(finalized.message(), s.message());
+}
+
 TEST(ZSchedulerLast, EveryDtypeAndOpAsyncExactOrRefusedBeforeTheBackend) {
   const int rank = g_comm->rank();
   const int size = g_comm->size();

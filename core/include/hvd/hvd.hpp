@@ -124,6 +124,9 @@ class Comm {
 
   // Finalize now and report how it went (the destructor finalizes silently).
   Status finalize() { return check(hvd_finalize(std::exchange(comm_, nullptr))); }
+  // Break the communicator from any thread (hvd_comm_abort): calls in progress return, every
+  // later one fails; finalize (or the destructor) still releases it.
+  Status abort() { return check(hvd_comm_abort(comm_)); }
 
   int rank() const { return hvd_rank(comm_); }
   int size() const { return hvd_size(comm_); }
