@@ -53,5 +53,5 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   # and the Gloo backend; MPI conformance adds only uninstrumented Open MPI here, and minutes.
   (cd build-tsan && TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp" \
                      ctest -j "$jobs" --output-on-failure --timeout 900 \
-                          -R '^(unit|integration)\.|^(conformance|scheduler)\.(gloo|kvs)\.np2$|^faults\.(gloo|kvs|kvs10)\.np2$')
+                          -R '^(unit|integration|orphans\.local)\.|^(conformance|scheduler)\.(gloo|kvs)\.np2$|^faults\.(gloo|kvs|kvs10)\.np2$')
 fi
