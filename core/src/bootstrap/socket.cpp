@@ -146,27 +146,88 @@ Result<Fd> listen_tcp(const HostPort& where, HostPort* bound) {
   return last;
 }
 
+namespace {
+
+// A connected socket as callers expect it: blocking, no Nagle delay.
+Fd connected(Fd fd) {
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+  const int one = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+}  // namespace
+
 Result<Fd> connect_tcp(const HostPort& where, Deadline deadline) {
+  using std::chrono::milliseconds;
   HVD_ASSIGN_OR_RETURN(AddrInfoPtr info, resolve(where, /*passive=*/false));
-  std::string last = "no address";
-  auto backoff = std::chrono::milliseconds(10);
+  std::vector<const addrinfo*> addresses;
+  for (const addrinfo* ai = info.get(); ai != nullptr; ai = ai->ai_next) addresses.push_back(ai);
+  if (addresses.empty()) return error(HVD_ERR_SYSTEM, "no address for " + where.to_string());
+
+  // Connects are non-blocking, so that the deadline bounds them. A SYN that the server's kernel
+  // drops (its accept queue is full: a flood of connections, or a busy server) is sent again only
+  // after 1 s, then 3 s: rather than wait that long, a connect still pending after a while is
+  // raced by a fresh one (the last kRacing stay in the race), 250 ms later, then 500 ms, up to
+  // 2 s apart. A refusal (nobody listens yet: rank 0 may start last) is retried after a backoff.
+  constexpr size_t kRacing = 4;
+  std::vector<Fd> racing;  // oldest first
+  std::string last = "no answer";
+  size_t next_address = 0;
+  auto refused_backoff = milliseconds(10);
+  auto race_interval = milliseconds(250);
+  auto refused = [&](int err) {
+    last = std::strerror(err);
+    const Deadline retry = Clock::now() + refused_backoff;
+    refused_backoff = std::min(refused_backoff * 2, milliseconds(500));
+    return retry;
+  };
+  Deadline next_attempt = Clock::now();
   for (;;) {
-    for (addrinfo* ai = info.get(); ai != nullptr; ai = ai->ai_next) {
-      Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    Deadline now = Clock::now();
+    if (now >= next_attempt) {
+      const addrinfo* ai = addresses[next_address++ % addresses.size()];
+      Fd fd(
+          ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
       if (!fd.valid()) return system_error("socket");
-      if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) {
-        const int one = 1;
-        ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        return fd;
+      if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) return connected(std::move(fd));
+      if (errno == EINPROGRESS) {
+        if (racing.size() == kRacing) racing.erase(racing.begin());
+        racing.push_back(std::move(fd));
+        next_attempt = now + race_interval;
+        race_interval = std::min(race_interval * 2, milliseconds(2000));
+      } else {
+        // The host's other addresses at once; after a round of them, back off.
+        next_attempt = next_address % addresses.size() != 0 ? now : refused(errno);
       }
-      last = std::strerror(errno);
+      now = Clock::now();
     }
-    if (Clock::now() + backoff >= deadline) {
+    if (now >= deadline) {
       return error(HVD_ERR_TIMEOUT, "could not connect to " + where.to_string() +
                                         " before the timeout (" + last + ")");
     }
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    const Deadline until = std::min(deadline, next_attempt);
+    if (racing.empty()) {
+      std::this_thread::sleep_for(until - now);
+      continue;
+    }
+    std::vector<pollfd> polled;
+    for (const Fd& fd : racing) polled.push_back(pollfd{fd.get(), POLLOUT, 0});
+    const auto wait = std::chrono::ceil<milliseconds>(std::max(until - now, Clock::duration(0)));
+    const int n = ::poll(polled.data(), polled.size(),
+                         static_cast<int>(std::min<int64_t>(wait.count(), 1 << 30)));
+    if (n < 0 && errno != EINTR) return system_error("poll while connecting");
+    for (size_t i = polled.size(); i-- > 0;) {
+      if (polled[i].revents == 0) continue;
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (::getsockopt(racing[i].get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      if (err == 0) return connected(std::move(racing[i]));
+      racing.erase(racing.begin() + static_cast<std::ptrdiff_t>(i));
+      const Deadline retry = refused(err);
+      if (racing.empty()) next_attempt = retry;
+    }
   }
 }
 

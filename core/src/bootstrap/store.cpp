@@ -333,7 +333,7 @@ class TcpStoreServer::Loop {
     Deadline deadline = Deadline::max();
     bool listed = false;  // in unauthenticated_: a newcomer, first to go when room is needed
     std::list<uint64_t>::iterator unauthenticated;
-    uint32_t events = 0;  // what epoll watches for
+    uint32_t events = 0;  // what epoll watches for; 0 until it is in the epoll set
   };
 
   struct Counter {
@@ -523,11 +523,13 @@ void TcpStoreServer::Loop::admit(Fd fd) {
     (void)evict_unauthenticated(/*authentication_will_do=*/true);
   }
   Connection* c = add(std::move(fd));
-  if (c == nullptr) return;
   c->unauthenticated = unauthenticated_.insert(unauthenticated_.end(), c->id);
   c->listed = true;
   unauthenticated_count_.store(unauthenticated_.size());
   arm(*c, Timer::kAuth, Clock::now() + limits_.auth_timeout);
+  // Its hello, or its hang-up, is often there already: look before asking epoll. A flood of
+  // connect-and-close then costs no epoll calls, and a rank's hello no extra turn of the loop.
+  read(*c);
 }
 
 TcpStoreServer::Loop::Connection* TcpStoreServer::Loop::add(Fd fd) {
@@ -536,14 +538,6 @@ TcpStoreServer::Loop::Connection* TcpStoreServer::Loop::add(Fd fd) {
   auto c = std::make_unique<Connection>();
   c->id = next_id_++;
   c->fd = std::move(fd);
-  c->events = EPOLLIN | EPOLLRDHUP;
-  epoll_event ev{};
-  ev.events = c->events;
-  ev.data.u64 = c->id;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->fd.get(), &ev) != 0) {
-    log(HVD_LOG_ERROR, "rendezvous store " + name_ + ": epoll_ctl: " + std::strerror(errno));
-    return nullptr;
-  }
   Connection* added = c.get();
   connections_.emplace(added->id, std::move(c));
   open_.store(connections_.size());
@@ -554,10 +548,10 @@ void TcpStoreServer::Loop::turn_away(Fd fd, const Status& why) {
   tell(fd.get(), why);
   if (lingering_ >= kMaxLingering) return;  // closes now, reason or not
   Connection* c = add(std::move(fd));
-  if (c == nullptr) return;
   c->lingering = true;
   ++lingering_;
   arm(*c, Timer::kLinger, Clock::now() + kLinger);
+  watch(*c);
 }
 
 void TcpStoreServer::Loop::on_event(uint64_t id, uint32_t events) {
@@ -802,7 +796,14 @@ void TcpStoreServer::Loop::watch(Connection& c) {
   epoll_event ev{};
   ev.events = events;
   ev.data.u64 = c.id;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) == 0) c.events = events;
+  const bool added = c.events == 0;  // a connection joins the epoll set on its first watch
+  if (::epoll_ctl(epoll_.get(), added ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, c.fd.get(), &ev) == 0) {
+    c.events = events;
+  } else if (added) {
+    // Unwatched, it would wait forever: close it at once, through its timer.
+    log(HVD_LOG_ERROR, "rendezvous store " + name_ + ": epoll_ctl: " + std::strerror(errno));
+    arm(c, Timer::kLinger, Clock::now());
+  }
 }
 
 void TcpStoreServer::Loop::expire(Deadline now) {
