@@ -14,20 +14,17 @@
 //   mesh whose callers read their own sockets (CallShape); any difference is HVD_ERR_MISMATCH on
 //   every rank, before any data moves (the communicator stays usable).
 // - Gloo writes without MSG_NOSIGNAL, so a write that meets EPIPE raises SIGPIPE, whose default
-//   action ends the process without a word (2 of 26 runs of a survivor of a killed peer). A
-//   write's SIGPIPE goes to the writing thread. Gloo's event-loop thread, whose writes on the
-//   large collectives' mesh go on after ECONNRESET and then meet EPIPE, is started with SIGPIPE
-//   blocked; a caller blocks it while in a large collective, and takes one raised meanwhile off
-//   before unblocking (SigpipeBlocked). On the small collectives' mesh the caller writes and its
-//   first failed write ends the pair, so it meets ECONNRESET, never EPIPE, unless this rank shut
-//   the socket down for writing, which abort never does under a call in progress (below): those
-//   calls skip the mask's system calls (0.4-0.5 us here, against 20 us for the call). The
-//   process's disposition of SIGPIPE is left as the application set it.
+//   action ends the process without a word (2 of 26 runs of a survivor of a killed peer; a peer
+//   that closed first leaves the socket in CLOSE_WAIT, where the first failed write is EPIPE). A
+//   write's SIGPIPE goes to the writing thread: every call into Gloo blocks it on the calling
+//   thread and takes one raised meanwhile off before unblocking (SigpipeBlocked, three system
+//   calls: 0.5 us here, against 20 us for the smallest call), and Gloo's event-loop thread is
+//   started with it blocked. The process's disposition of SIGPIPE is left as the application set
+//   it.
 // - abort() (ABI 1.1) shuts down this communicator's sockets from any thread (shutdown(2) on
-//   duplicates of Gloo's descriptors). Under a call it shuts down reading only: the call's blocked
-//   read, or the event loop's, sees the end of the stream at once, and the call, once out of Gloo,
-//   shuts down writing too, which tells the peers. With no call in progress it shuts down both at
-//   once. Later calls fail without touching the network.
+//   duplicates of Gloo's descriptors): a call blocked in a read, or waiting on the event loop, sees
+//   its connections end at once, a write fails (EPIPE, whose SIGPIPE is blocked), the peers read
+//   the end of their connections too, and later calls fail without touching the network.
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -262,11 +259,6 @@ class Sockets {
   void shut_down() const noexcept {
     for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
   }
-  // Only this rank's reading: its blocked reads and its event loop see the end of the streams;
-  // writes still go, and the peers learn nothing yet.
-  void shut_down_reading() const noexcept {
-    for (int fd : fds_) ::shutdown(fd, SHUT_RD);
-  }
 
  private:
   std::vector<int> fds_;  // written before the communicator is handed out, then only read
@@ -371,22 +363,14 @@ class GlooBackend {
   }
 
   // From any thread, during a call or not: the call in progress fails at once, and so does every
-  // later one. Nothing is freed here; the destructor (finalize) does that. With a call in
-  // progress, only reading is shut down: writing is the call's to shut down once it is out of
-  // Gloo (CallScope), so that no write of the call meets EPIPE. in_call_ and aborted_ are seq_cst:
-  // either this sees the call, or the call sees the abort before it enters Gloo.
+  // later one. Nothing is freed here; the destructor (finalize) does that.
   Status abort() {
     aborted_.store(true);
-    if (in_call_.load()) {
-      sockets_.shut_down_reading();
-    } else {
-      sockets_.shut_down();
-    }
+    sockets_.shut_down();
     return Status::success();
   }
 
   Status allreduce(const hvd_collective_args& a) {
-    const CallScope scope(*this);
     HVD_RETURN_IF_ERROR(usable("allreduce"));
     HVD_RETURN_IF_ERROR(check_dtype(a.dtype));
     if (a.count == 0) return Status::success();
@@ -407,7 +391,7 @@ class GlooBackend {
         }
         s = agree_before_event_loop("allreduce", bytes, shape, votes ? &*votes : nullptr);
         if (!s.ok()) return;
-        s = guarded("allreduce", bytes, [&] {
+        s = guarded("allreduce", [&] {
           hvd::gloo_algorithms::allreduce(meshes_, data, a.count, reduction,
                                           votes ? &*votes : nullptr);
         });
@@ -419,7 +403,6 @@ class GlooBackend {
   }
 
   Status allgather(const hvd_collective_args& a) {
-    const CallScope scope(*this);
     HVD_RETURN_IF_ERROR(usable("allgather"));
     HVD_RETURN_IF_ERROR(check_dtype(a.dtype));
     const size_t element = hvd_dtype_size(a.dtype);
@@ -433,7 +416,7 @@ class GlooBackend {
     const size_t bytes = a.count * element * static_cast<size_t>(size_);
     HVD_RETURN_IF_ERROR(agree_before_event_loop(
         "allgather", bytes, CallShape::of(CallShape::kAllgather, a.dtype, a.count, 0)));
-    return guarded("allgather", bytes, [&] {
+    return guarded("allgather", [&] {
       with_element_type(element, [&](auto t) {
         using T = decltype(t);
         hvd::gloo_algorithms::allgather(meshes_, static_cast<const T*>(a.sendbuf),
@@ -443,7 +426,6 @@ class GlooBackend {
   }
 
   Status broadcast(const hvd_collective_args& a) {
-    const CallScope scope(*this);
     HVD_RETURN_IF_ERROR(usable("broadcast"));
     HVD_RETURN_IF_ERROR(check_dtype(a.dtype));
     if (a.count == 0) return Status::success();
@@ -455,7 +437,7 @@ class GlooBackend {
     HVD_RETURN_IF_ERROR(agree_before_event_loop(
         "broadcast", a.count * element,
         CallShape::of(CallShape::kBroadcast, a.dtype, a.count, static_cast<uint64_t>(a.root))));
-    return guarded("broadcast", a.count * element, [&] {
+    return guarded("broadcast", [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::broadcast(meshes_, static_cast<decltype(t)*>(a.recvbuf), a.count,
                                         a.root);
@@ -464,47 +446,27 @@ class GlooBackend {
   }
 
   Status barrier() {
-    const CallScope scope(*this);
     HVD_RETURN_IF_ERROR(usable("barrier"));
     if (!meshes_) return Status::success();
-    return guarded("barrier", 0, [&] { hvd::gloo_algorithms::barrier(meshes_); });
+    return guarded("barrier", [&] { hvd::gloo_algorithms::barrier(meshes_); });
   }
 
  private:
   explicit GlooBackend(const hvd::sdk::InitContext& ctx) : rank_(ctx.rank), size_(ctx.size) {}
 
-  // A call in progress, for abort(); when the call ends after an abort, it shuts down writing,
-  // which abort left to it.
-  class CallScope {
-   public:
-    explicit CallScope(GlooBackend& backend) : backend_(backend) { backend_.in_call_.store(true); }
-    ~CallScope() {
-      backend_.in_call_.store(false);
-      if (backend_.aborted_.load()) backend_.sockets_.shut_down();
-    }
-    CallScope(const CallScope&) = delete;
-    CallScope& operator=(const CallScope&) = delete;
-
-   private:
-    GlooBackend& backend_;
-  };
-
-  // Call after the CallScope is made (abort() relies on the order).
   Status usable(const char* what) const {
     if (!aborted_.load()) return Status::success();
     return Status(HVD_ERR_STATE, std::string("gloo ") + what +
                                      ": the communicator was aborted; it takes no more calls");
   }
 
-  // run_gloo for a collective of `bytes` in all (SIGPIPE blocked where it goes on the event-loop
-  // mesh); a failure also closes every connection. A collective that failed half way leaves
-  // peers waiting for messages this rank will never send (a peer of a dead rank gives up, and
-  // the dead rank's other peers would wait on it for the whole timeout); closed sockets tell
-  // them at once, naming this rank's address.
+  // run_gloo with SIGPIPE blocked; a failure also closes every connection. A collective that failed
+  // half way leaves peers waiting for messages this rank will never send (a peer of a dead rank
+  // gives up, and the dead rank's other peers would wait on it for the whole timeout); closed
+  // sockets tell them at once, naming this rank's address.
   template <typename Fn>
-  Status guarded(const char* what, size_t bytes, Fn&& fn) {
-    std::optional<SigpipeBlocked> sigpipe;
-    if (bytes > hvd::gloo_algorithms::kSyncMeshMaxBytes) sigpipe.emplace();
+  Status guarded(const char* what, Fn&& fn) {
+    const SigpipeBlocked sigpipe;
     Status s = run_gloo(what, std::forward<Fn>(fn));
     if (!s.ok() && !failed_) {
       failed_ = true;
@@ -542,7 +504,7 @@ class GlooBackend {
       }
     }
     std::vector<uint64_t> all(kRecord * static_cast<size_t>(size_));
-    HVD_RETURN_IF_ERROR(guarded(what, 0, [&] {
+    HVD_RETURN_IF_ERROR(guarded(what, [&] {
       gloo::AllgatherRing<uint64_t>(meshes_.sync, {mine.data()}, all.data(),
                                     static_cast<int>(kRecord))
           .run();
@@ -589,7 +551,7 @@ class GlooBackend {
     HVD_RETURN_IF_ERROR(agree_before_event_loop(
         "allgatherv", total * element,
         CallShape::of(CallShape::kAllgatherv, a.dtype, total, hash_counts(counts))));
-    return guarded("allgatherv", total * element, [&] {
+    return guarded("allgatherv", [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::allgatherv(meshes_, static_cast<decltype(t)*>(a.recvbuf), counts);
       });
@@ -602,7 +564,6 @@ class GlooBackend {
   Sockets sockets_;                      // duplicates of the meshes' sockets, for abort()
   bool failed_ = false;                  // a collective failed: the connections are closed
   std::atomic<bool> aborted_{false};     // abort() was called, from any thread
-  std::atomic<bool> in_call_{false};     // a call is in progress (CallScope)
 };
 
 }  // namespace
