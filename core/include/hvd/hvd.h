@@ -10,10 +10,12 @@
  * with MPI and NCCL). They are blocking for host memory, and for CUDA memory on a backend that
  * takes host memory only (hvd stages it through host memory, after the work queued on the
  * placement's stream); on a backend that takes CUDA memory they are ordered on that stream. A
- * communicator may be used by one thread at a time (hvd_comm_abort and the asynchronous calls
- * excepted). Configuration comes from the environment: HVD_BACKEND, HVD_PLUGIN_PATH,
- * HVD_TIMEOUT, HVD_CHECK_ARGS, HVD_RENDEZVOUS_ADDR, HVD_SECRET, HVD_RANK/SIZE/LOCAL_RANK/
- * LOCAL_SIZE (set by hvdrun) — see README.md.
+ * communicator's blocking calls are made by one thread at a time, and not while another thread
+ * makes its first asynchronous call (a second blocking call meanwhile fails with HVD_ERR_STATE);
+ * asynchronous calls, request waits and hvd_comm_abort may come from any thread. Configuration
+ * comes from the environment: HVD_BACKEND, HVD_PLUGIN_PATH, HVD_TIMEOUT, HVD_CHECK_ARGS,
+ * HVD_RENDEZVOUS_ADDR, HVD_SECRET, HVD_RANK/SIZE/LOCAL_RANK/ LOCAL_SIZE (set by hvdrun) — see
+ * README.md.
  *
  * Failures (docs/reliability.md):
  *  - HVD_TIMEOUT (seconds, default 30) bounds every blocking call from its entry, plus a margin
@@ -83,14 +85,15 @@ typedef struct hvd_placement {
  * Collective. Fails with the same message on every rank when the ranks disagree on the backend. */
 HVD_API hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm);
 /* Release the communicator. Collective while it is healthy; once broken (a failure, a timeout,
- * hvd_comm_abort) it releases this rank's side alone and returns the error that broke it.
- * Bounded by HVD_TIMEOUT too. The handle is invalid afterwards, whatever the status. NULL is
+ * hvd_comm_abort) it releases this rank's side alone and returns the error that broke it. Each
+ * of its steps (the scheduler's last cycle, the controller's and the backend's release) is
+ * bounded by HVD_TIMEOUT + 1 s. The handle is invalid afterwards, whatever the status. NULL is
  * accepted and ignored. */
 HVD_API hvd_status hvd_finalize(hvd_comm* comm);
-/* Break the communicator from any thread, now: a call in progress on another thread returns
- * (HVD_ERR_STATE, or HVD_ERR_TIMEOUT where a backend without abort could only be walked away
- * from), every request in flight fails, and every later call but hvd_finalize fails with
- * "aborted by the application". Not collective: peers learn it as a failure of their own calls.
+/* Break the communicator from any thread, now: a call in progress on another thread returns (a
+ * backend with the ABI's abort is interrupted; one without is walked away from), every request
+ * in flight fails, and that call and every later one fail with HVD_ERR_STATE "aborted by the
+ * application". Not collective: peers learn it as a failure of their own calls.
  * Idempotent. hvd_finalize is still needed to release it. */
 HVD_API hvd_status hvd_comm_abort(hvd_comm* comm);
 

@@ -26,8 +26,11 @@ using hvd::core::Submission;
 struct CommState {
   std::unique_ptr<Communicator> impl;
   std::unique_ptr<Communicator> controller;  // negotiation and checks, when impl cannot carry them
-  std::mutex scheduler_mutex;                // guards starting the scheduler and the controller
-  std::unique_ptr<hvd::core::Scheduler> scheduler;
+  std::mutex scheduler_mutex;  // guards the scheduler's and the controller's making, and closed
+  // Shared with callers that got it before a finalize on another thread took it: what they
+  // submit then is refused by the stopped scheduler, never run on a released backend.
+  std::shared_ptr<hvd::core::Scheduler> scheduler;
+  bool closed = false;                      // hvd_finalize has begun
   std::atomic<bool> scheduled{false};       // set once the scheduler runs every collective
   std::atomic<uint64_t> blocking_calls{0};  // names blocking calls once they go through it
   bool check_args = false;                  // HVD_CHECK_ARGS: blocking calls compared first
@@ -135,11 +138,16 @@ hvd::Status usable(CommState& c) {
   return c.controller ? c.controller->health() : hvd::Status::success();
 }
 
+hvd::Status closed_error() {
+  return hvd::error(HVD_ERR_STATE, "comm is being finalized (hvd_finalize on another thread)");
+}
+
 // What carries host bytes between the ranks for hvd itself (negotiation, argument checks): the
 // backend, or where it cannot (NCCL has no host memory; a plugin may lack the dtypes or the op
 // negotiation needs) a controller backend (HVD_CONTROLLER, default gloo), made on first use on
 // every rank alike. Under scheduler_mutex.
 hvd::Result<Communicator*> controller_locked(CommState& c, const hvd::core::EnvLookup& env) {
+  if (c.closed) return closed_error();
   const hvd::core::Plugin& plugin = c.impl->plugin();
   if (hvd::core::Scheduler::can_negotiate_over(plugin.capabilities, plugin.dtypes,
                                                plugin.reduce_ops)) {
@@ -156,9 +164,9 @@ hvd::Result<Communicator*> controller_locked(CommState& c, const hvd::core::EnvL
 }
 
 // The scheduler of `comm`, started on first use (HVD_CYCLE_TIME and friends read then).
-hvd::Result<hvd::core::Scheduler*> scheduler_of(CommState& c) {
-  if (c.scheduled.load(std::memory_order_acquire)) return c.scheduler.get();
+hvd::Result<std::shared_ptr<hvd::core::Scheduler>> scheduler_of(CommState& c) {
   std::lock_guard<std::mutex> lock(c.scheduler_mutex);
+  if (c.closed) return closed_error();
   if (!c.scheduler) {
     const hvd::core::EnvLookup env = hvd::core::process_env();
     HVD_ASSIGN_OR_RETURN(auto options, hvd::core::SchedulerOptions::from_env(env));
@@ -167,7 +175,7 @@ hvd::Result<hvd::core::Scheduler*> scheduler_of(CommState& c) {
                          hvd::core::Scheduler::start(*c.impl, *control, std::move(options)));
     c.scheduled.store(true, std::memory_order_release);
   }
-  return c.scheduler.get();
+  return c.scheduler;
 }
 
 // One tensor of the C API into *s, checked for what the C side alone can get wrong.
@@ -215,14 +223,14 @@ hvd::Status enqueue(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
   if (count == 1) {  // every hvd_*_async call: no group to build
     Submission s;
     HVD_RETURN_IF_ERROR(submission_of(tensors[0], &s));
-    HVD_ASSIGN_OR_RETURN(hvd::core::Scheduler * scheduler, scheduler_of(*c));
+    HVD_ASSIGN_OR_RETURN(const auto scheduler, scheduler_of(*c));
     HVD_ASSIGN_OR_RETURN(auto completion, scheduler->submit(std::move(s)));
     requests[0] = request_of(std::move(completion));
     return hvd::Status::success();
   }
   std::vector<Submission> group(count);
   for (size_t i = 0; i < count; ++i) HVD_RETURN_IF_ERROR(submission_of(tensors[i], &group[i]));
-  HVD_ASSIGN_OR_RETURN(hvd::core::Scheduler * scheduler, scheduler_of(*c));
+  HVD_ASSIGN_OR_RETURN(const auto scheduler, scheduler_of(*c));
   HVD_ASSIGN_OR_RETURN(auto completions, scheduler->submit_group(std::move(group)));
   for (size_t i = 0; i < count; ++i) requests[i] = request_of(std::move(completions[i]));
   return hvd::Status::success();
@@ -287,9 +295,11 @@ hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
     s.spec.output_capacity = total;
   }
   const std::string name = s.name;
-  HVD_ASSIGN_OR_RETURN(auto completion, c.scheduler->submit(std::move(s)));
+  HVD_ASSIGN_OR_RETURN(const auto scheduler, scheduler_of(c));
+  HVD_ASSIGN_OR_RETURN(auto completion, scheduler->submit(std::move(s)));
   const Clock::time_point deadline = entry + c.limit();
-  const hvd::Status done = completion->wait(deadline - Clock::now());
+  const hvd::Status done =
+      completion->wait(std::max(Clock::duration::zero(), deadline - Clock::now()));
   if (completion->done()) return done;
   // Some rank never made this call, or the backend is stuck: abort, so that the scheduler lets
   // go of the buffers before this call returns, and every rank learns.
@@ -305,6 +315,7 @@ hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
 }
 
 // HVD_CHECK_ARGS: what each rank is about to call, compared before anyone calls it.
+constexpr int32_t kBarrier = -1;  // the record's type of a barrier (OpType has none)
 struct ArgsRecord {
   uint64_t sequence;  // the n-th checked call: ranks out of step show here too
   int32_t type;       // OpType
@@ -320,6 +331,7 @@ struct ArgsRecord {
 static_assert(sizeof(ArgsRecord) == 264 && sizeof(ArgsRecord) % 8 == 0, "a fixed, padded record");
 
 std::string call_text(const ArgsRecord& r) {
+  if (r.type == kBarrier) return "barrier";
   std::string text = hvd::core::op_type_name(static_cast<OpType>(r.type));
   for (char& ch : text) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   text += " of " + std::to_string(r.count) + " " + hvd_dtype_name(static_cast<hvd_dtype>(r.dtype));
@@ -334,15 +346,15 @@ std::string call_text(const ArgsRecord& r) {
 }
 
 // Every rank's record of this call; the same verdict on every rank.
-hvd::Status check_args(CommState& c, OpType type, const hvd_collective_args& a,
+hvd::Status check_args(CommState& c, int32_t type, const hvd_collective_args& a,
                        const hvd::Status& mine) {
   ArgsRecord record{};
   record.sequence = c.checked_calls++;
-  record.type = static_cast<int32_t>(type);
+  record.type = type;
   record.dtype = a.dtype;
   record.count = a.count;
-  record.op = type == OpType::kAllreduce ? a.op : 0;
-  record.root = type == OpType::kBroadcast ? a.root : 0;
+  record.op = type == static_cast<int32_t>(OpType::kAllreduce) ? a.op : 0;
+  record.root = type == static_cast<int32_t>(OpType::kBroadcast) ? a.root : 0;
   record.memory = a.memory_type;
   const int size = c.impl->world().size;
   if (a.recv_counts != nullptr) {  // FNV-1a of the counts: every rank passes the same array
@@ -424,7 +436,7 @@ hvd::Status collective(const hvd_comm* comm, const char* api, OpType type,
   const Bounded bounded(*c->impl, entry + c->limit(), api);
   if (c->check_args) {
     const hvd::Status mine = check(*c->impl);
-    HVD_RETURN_IF_ERROR(check_args(*c, type, args, mine));
+    HVD_RETURN_IF_ERROR(check_args(*c, static_cast<int32_t>(type), args, mine));
   }
   return direct(*c->impl);
 }
@@ -434,8 +446,14 @@ hvd::Status collective(const hvd_comm* comm, const char* api, OpType type,
 hvd::Status finalize(CommState& c) {
   const Clock::time_point deadline = Clock::now() + c.limit();
   std::optional<hvd::Status> failure;
-  if (c.scheduler) {
-    if (!c.scheduler->stop_by(deadline)) {
+  std::shared_ptr<hvd::core::Scheduler> scheduler;
+  {
+    std::lock_guard<std::mutex> lock(c.scheduler_mutex);
+    c.closed = true;  // no scheduler starts from now on
+    scheduler = std::move(c.scheduler);
+  }
+  if (scheduler) {
+    if (!scheduler->stop_by(deadline)) {
       abort_comm(c, hvd::error(HVD_ERR_TIMEOUT,
                                "hvd_finalize: the scheduler's last cycle did not end within "
                                "HVD_TIMEOUT (" +
@@ -443,8 +461,8 @@ hvd::Status finalize(CommState& c) {
                                    seconds_text(Communicator::kMargin) +
                                    ": the communicator was aborted"));
     }
-    failure = c.scheduler->failure();
-    c.scheduler.reset();  // joins: every backend call it makes now returns within its limit
+    failure = scheduler->failure();
+    scheduler.reset();  // joins (if last): every backend call it makes now returns in its limit
   }
   // A stall shutdown or a failed collective ended the scheduler on every rank: release alone,
   // and report it.
@@ -608,6 +626,11 @@ hvd_status hvd_barrier(hvd_comm* comm) {
                                barrier_args(c->impl->plugin(), &token), entry);
     }
     const Bounded bounded(*c->impl, entry + c->limit(), "hvd_barrier");
+    if (c->check_args) {
+      HVD_RETURN_IF_ERROR(check_args(*c, kBarrier,
+                                     hvd::core::host_args(nullptr, nullptr, 0, HVD_UINT8),
+                                     hvd::Status::success()));
+    }
     return c->impl->barrier();
   });
 }

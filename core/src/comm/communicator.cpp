@@ -266,7 +266,7 @@ Status Communicator::finalize_backend() {
         const hvd_status code = table->finalize(backend);
         return Runner::Outcome{code, code == HVD_SUCCESS ? "" : backend_call_message(code)};
       },
-      Clock::now() + timeout_ + kMargin);
+      Clock::now() + timeout_ + kMargin, /*interruptible=*/false);
   if (!outcome) {
     keep_for_stuck_calls(std::shared_ptr<void>(backend, [](void*) {}));
     leak_for_stuck_call();
@@ -341,6 +341,7 @@ Status Communicator::finalize() {
   bool busy = false;
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
+    closing_ = true;  // no call starts from now on
     busy = in_call_;
   }
   if (busy || abandoned_ || runner_.stuck()) {
@@ -375,17 +376,24 @@ Status Communicator::health() const {
   return broken_status_;
 }
 
+void Communicator::break_locked(const Status& why) {
+  if (broken_.load(std::memory_order_relaxed)) return;  // the first reason sticks
+  broken_status_ = why;
+  broken_.store(true, std::memory_order_release);
+}
+
 void Communicator::abort(const Status& why) {
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
-    if (!broken_.load(std::memory_order_relaxed)) {
-      broken_status_ = why;
-      broken_.store(true, std::memory_order_release);
-    }
+    break_locked(why);
   }
-  if (services_) services_->abort();
+  abort_backend();
+}
+
+void Communicator::abort_backend() {
   runner_.interrupt();
   std::lock_guard<std::mutex> lock(abort_mutex_);
+  if (services_) services_->abort();
   if (backend_aborted_ || backend_ == nullptr || plugin_.abort == nullptr) return;
   backend_aborted_ = true;
   begin_backend_call();
@@ -394,6 +402,17 @@ void Communicator::abort(const Status& why) {
     log(HVD_LOG_WARNING,
         "abort on backend '" + plugin_.name + "' failed: " + backend_call_message(code));
   }
+}
+
+Status Communicator::finalized_already(const char* what) const {
+  return error(HVD_ERR_STATE, std::string(what) + " on backend '" + plugin_.name +
+                                  "': the communicator is being finalized");
+}
+
+Status Communicator::another_call(const char* what) const {
+  return error(HVD_ERR_STATE, std::string(what) + " on backend '" + plugin_.name +
+                                  "': another call is in progress on this communicator (one "
+                                  "thread at a time: hvd.h)");
 }
 
 void Communicator::bound_calls_until(std::optional<Clock::time_point> deadline,
@@ -428,13 +447,14 @@ hvd_status invoke(const hvd_backend_v1* table, hvd_backend_comm* backend, int en
 }  // namespace
 
 Status Communicator::timed_out(const std::string& what) const {
+  std::lock_guard<std::mutex> lock(call_mutex_);
+  return timed_out_locked(what);
+}
+
+Status Communicator::timed_out_locked(const std::string& what) const {
   const std::string consequence =
       what == "finalize" ? "its communicator is left unreleased" : "the communicator was aborted";
-  std::string serving;
-  {
-    std::lock_guard<std::mutex> lock(call_mutex_);
-    if (entry_deadline_) serving = std::string(" (serving ") + serving_ + ")";
-  }
+  const std::string serving = entry_deadline_ ? std::string(" (serving ") + serving_ + ")" : "";
   return error(HVD_ERR_TIMEOUT, what + " on backend '" + plugin_.name + "'" + serving +
                                     " did not return within HVD_TIMEOUT (" +
                                     seconds_text(timeout_) + ") + " + seconds_text(kMargin) + ": " +
@@ -445,16 +465,19 @@ void Communicator::check(Clock::time_point now) {
   std::unique_lock<std::mutex> lock(call_mutex_);
   if (!in_call_ || overran_ || now < call_deadline_) return;
   overran_ = true;
-  const std::string what = call_what_;
-  const bool abortable = call_abortable_;
-  lock.unlock();
-  if (!abortable) {
+  if (!call_abortable_) {
+    const std::string what = call_what_;
+    lock.unlock();
     log(HVD_LOG_ERROR, what + " on backend '" + plugin_.name + "' has run past HVD_TIMEOUT (" +
                            seconds_text(timeout_) + ") + " + seconds_text(kMargin) +
                            ": the plugin ignores its timeout, and hvd cannot interrupt it");
     return;
   }
-  abort(timed_out(what));
+  // Broken in the same step that marks the call overrun: the call, when it returns, finds the
+  // communicator broken whatever the plugin returned.
+  break_locked(timed_out_locked(call_what_));
+  lock.unlock();
+  abort_backend();
 }
 
 Status Communicator::broken_by(const char* what, hvd_status code, const std::string& message) {
@@ -472,6 +495,9 @@ Status Communicator::call(Entry entry, const char* what, const hvd_collective_ar
   if (plugin_.abort == nullptr) return call_on_runner(entry, what, args, deadline);
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
+    if (broken_.load(std::memory_order_relaxed)) return broken_status_;
+    if (closing_) return finalized_already(what);
+    if (in_call_) return another_call(what);
     if (entry_deadline_ && *entry_deadline_ < deadline) deadline = *entry_deadline_;
     in_call_ = true;
     call_abortable_ = true;
@@ -496,8 +522,31 @@ Status Communicator::call_on_runner(Entry entry, const char* what, const hvd_col
                                     Clock::time_point deadline) {
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
+    if (broken_.load(std::memory_order_relaxed)) return broken_status_;
+    if (closing_) return finalized_already(what);
+    if (in_call_) return another_call(what);
     if (entry_deadline_ && *entry_deadline_ < deadline) deadline = *entry_deadline_;
+    in_call_ = true;  // never checked by the watchdog: call_abortable_ is false
+    call_abortable_ = false;
+    overran_ = true;
   }
+  struct EndCall {
+    Communicator* self;
+    ~EndCall() {
+      std::lock_guard<std::mutex> lock(self->call_mutex_);
+      self->in_call_ = false;
+    }
+  } end_call{this};
+  try {
+    return run_on_runner(entry, what, args, deadline);
+  } catch (const std::exception& e) {  // copies or the runner's thread could not be had
+    return error(HVD_ERR_SYSTEM, std::string(what) + " on backend '" + plugin_.name +
+                                     "': no memory or thread to run it (" + e.what() + ")");
+  }
+}
+
+Status Communicator::run_on_runner(Entry entry, const char* what, const hvd_collective_args* args,
+                                   Clock::time_point deadline) {
   // The job owns everything it passes the plugin: the args, the counts they point to, and, for
   // host memory, copies of the buffers. A call walked away from may still write its result (its
   // data may have arrived): into its own copy then, never into memory its caller has freed.
@@ -547,6 +596,8 @@ Status Communicator::call_on_runner(Entry entry, const char* what, const hvd_col
         owned->send.assign(static_cast<const char*>(args->sendbuf),
                            static_cast<const char*>(args->sendbuf) + send_bytes);
         owned->args.sendbuf = owned->send.data();
+      } else {
+        owned->args.sendbuf = nullptr;  // a rank that sends nothing: no caller memory either
       }
     }
   }

@@ -108,6 +108,15 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   // A failed call breaks the communicator: the status its callers get from now on.
   Status broken_by(const char* what, hvd_status code, const std::string& message);
   Status timed_out(const std::string& what) const;
+  Status timed_out_locked(const std::string& what) const;  // under call_mutex_
+  Status finalized_already(const char* what) const;
+  Status another_call(const char* what) const;
+  Status run_on_runner(Entry entry, const char* what, const hvd_collective_args* args,
+                       Clock::time_point deadline);
+  // Under call_mutex_: marks the communicator broken (the first reason sticks).
+  void break_locked(const Status& why);
+  // Interrupts the call in progress (the plugin's abort, the runner's wait, the host services).
+  void abort_backend();
   void check(Clock::time_point now) override;  // the watchdog's
   // Keep what a call still in progress may use: the backend's communicator, the host services
   // and the store they read.
@@ -147,6 +156,7 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   std::atomic<bool> broken_{false};
   Status broken_status_;
   bool watched_ = false;
+  bool closing_ = false;  // finalize has begun: no call starts
 
   std::mutex abort_mutex_;  // the plugin's abort and finalize never overlap
   bool backend_aborted_ = false;

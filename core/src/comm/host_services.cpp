@@ -37,11 +37,12 @@ class HostServices::Abortable final : public KvStore {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       if (aborted()) return refused();
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      const auto slice = std::clamp(left, std::chrono::milliseconds(0), kAbortSlice);
-      Result<Bytes> got = services_.store_->get(key, slice);
-      if (got.ok() || got.status().code() != HVD_ERR_TIMEOUT || slice == left) {
+      const auto left = std::max(std::chrono::milliseconds(0),
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     deadline - std::chrono::steady_clock::now()));
+      const bool last = left <= kAbortSlice;  // a late slice must not leave a sliver to spin on
+      Result<Bytes> got = services_.store_->get(key, last ? left : kAbortSlice);
+      if (got.ok() || got.status().code() != HVD_ERR_TIMEOUT || last) {
         if (!got.ok() && got.status().code() == HVD_ERR_TIMEOUT) {
           return error(HVD_ERR_TIMEOUT, "rendezvous key '" + key + "' was not published within " +
                                             std::to_string(timeout.count()) + " ms");

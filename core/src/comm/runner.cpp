@@ -37,16 +37,17 @@ void Runner::loop(const std::shared_ptr<State>& state) {
   }
 }
 
-std::optional<Runner::Outcome> Runner::run(Job job, Clock::time_point deadline) {
+std::optional<Runner::Outcome> Runner::run(Job job, Clock::time_point deadline,
+                                           bool interruptible) {
   std::unique_lock<std::mutex> lock(state_->mutex);
   if (state_->stuck || state_->busy) return std::nullopt;
   if (!thread_.joinable()) thread_ = std::thread([state = state_] { loop(state); });
   state_->job = std::move(job);
   state_->busy = true;
   state_->outcome.reset();
-  state_->interrupted = false;
   state_->cv.notify_all();
-  state_->cv.wait_until(lock, deadline, [&] { return !state_->busy || state_->interrupted; });
+  state_->cv.wait_until(lock, deadline,
+                        [&] { return !state_->busy || (interruptible && state_->interrupted); });
   if (state_->busy) {
     state_->stuck = true;
     return std::nullopt;

@@ -39,10 +39,10 @@ class Runner {
   Runner& operator=(const Runner&) = delete;
 
   // Runs `job` on the runner's thread (started on first use) and waits until it returns, the
-  // deadline passes or interrupt() is called. nullopt: the caller stopped waiting and the runner
-  // is stuck with the job from now on.
-  std::optional<Outcome> run(Job job, Clock::time_point deadline);
-  // Wakes a waiting run() at once, as if its deadline had passed (any thread).
+  // deadline passes or, if `interruptible`, interrupt() has been called (before or during the
+  // run). nullopt: the caller stopped waiting and the runner is stuck with the job from now on.
+  std::optional<Outcome> run(Job job, Clock::time_point deadline, bool interruptible = true);
+  // From now on interruptible runs stop waiting at once (any thread; for good, as an abort is).
   void interrupt();
   bool stuck() const;
 

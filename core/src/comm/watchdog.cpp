@@ -28,7 +28,12 @@ struct Dog {
       }
       changed.wait_for(lock, Watchdog::kPeriod);
       const auto now = Watchdog::Clock::now();
-      for (Watchdog::Watched* w : watched) w->check(now);
+      for (Watchdog::Watched* w : watched) {
+        try {
+          w->check(now);
+        } catch (...) {  // out of memory for a message: that check waits for the next period
+        }
+      }
     }
   }
 };

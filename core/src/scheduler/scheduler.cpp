@@ -323,12 +323,15 @@ uint64_t group_id_of(const std::vector<Submission>& group) {
 Result<std::shared_ptr<Completion>> Scheduler::submit(Submission&& submission) {
   if (submission.name.empty()) return error(HVD_ERR_INVALID_ARGUMENT, "a tensor needs a name");
   const Status checked = prepare(submission);
-  std::lock_guard<std::mutex> lock(mutex_);
-  HVD_RETURN_IF_ERROR(admit_locked(submission.name));
-  std::shared_ptr<Completion> completion = queue_locked(std::move(submission), Clock::now());
-  if (checked.ok()) return completion;
-  queue_.back().local_error = checked;
-  completion->complete(checked);
+  std::shared_ptr<Completion> completion;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    HVD_RETURN_IF_ERROR(admit_locked(submission.name));
+    completion = queue_locked(std::move(submission), Clock::now());
+    if (checked.ok()) return completion;
+    queue_.back().local_error = checked;
+  }
+  completion->complete(checked);  // lock order: a completion's mutex, then the scheduler's
   return checked;
 }
 
@@ -340,7 +343,7 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
     const Status mine = prepare(s);
     if (checked.ok() && !mine.ok()) checked = mine.with_context("in a group");
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   std::unordered_set<std::string_view> in_group;
   for (const Submission& s : group) {
     HVD_RETURN_IF_ERROR(admit_locked(s.name));
@@ -354,13 +357,12 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
     s.spec.group = group_id;
     s.spec.group_size = group_id ? static_cast<uint32_t>(group.size()) : 0;
     out.push_back(queue_locked(std::move(s), now));
-    if (!checked.ok()) {
-      queue_.back().local_error = checked;
-      out.back()->complete(checked);
-    }
+    if (!checked.ok()) queue_.back().local_error = checked;
   }
-  if (!checked.ok()) return checked;
-  return out;
+  if (checked.ok()) return out;
+  lock.unlock();
+  for (const auto& completion : out) completion->complete(checked);  // lock order, as in submit
+  return checked;
 }
 
 Status Scheduler::duplicate(const std::string& name) {
@@ -403,7 +405,12 @@ void Scheduler::loop() {
   for (;;) {
     const auto start = Clock::now();
     bool stop = false;
-    const Status s = run_cycle(&stop);
+    Status s;
+    try {
+      s = run_cycle(&stop);
+    } catch (const std::exception& e) {  // no exception leaves this thread: it fails the job
+      s = error(HVD_ERR_SYSTEM, std::string("the scheduler's cycle failed: ") + e.what());
+    }
     if (!s.ok()) fail_for(s);
     if (!s.ok() || stop) break;
     wait_for_next_cycle(start);
