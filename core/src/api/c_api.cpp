@@ -11,6 +11,7 @@
 
 #include "api/handles.hpp"
 #include "comm/communicator.hpp"
+#include "common/status_text.hpp"
 #include "hvd/hvd.h"
 #include "scheduler/scheduler.hpp"
 
@@ -18,6 +19,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using hvd::core::Communicator;
+using hvd::core::seconds_text;
 using hvd::core::OpType;
 using hvd::core::Submission;
 
@@ -131,12 +133,9 @@ hvd_collective_args barrier_args(const hvd::core::Plugin& plugin, uint64_t* toke
   return args;
 }
 
-// A broken communicator fails every call with the error that broke it (its controller's too).
-hvd::Status usable(CommState& c) {
-  HVD_RETURN_IF_ERROR(c.impl->health());
-  std::lock_guard<std::mutex> lock(c.scheduler_mutex);
-  return c.controller ? c.controller->health() : hvd::Status::success();
-}
+// A broken communicator fails every call with the error that broke it (a broken controller
+// breaks it too: the scheduler aborts both when either fails). One atomic load per call.
+hvd::Status usable(CommState& c) { return c.impl->health(); }
 
 hvd::Status closed_error() {
   return hvd::error(HVD_ERR_STATE, "comm is being finalized (hvd_finalize on another thread)");
@@ -251,12 +250,6 @@ hvd_tensor tensor_of(hvd_collective collective, const char* name, const void* se
   t.shape = shape;
   t.placement = placement;
   return t;
-}
-
-std::string seconds_text(Clock::duration d) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g s", std::chrono::duration<double>(d).count());
-  return text;
 }
 
 // Breaks the communicator and its controller with `why`: calls in progress return, and every
@@ -379,9 +372,7 @@ hvd::Status check_args(CommState& c, int32_t type, const hvd_collective_args& a,
   for (int r = 0; r < size; ++r) {
     const ArgsRecord& theirs = all[static_cast<size_t>(r)];
     if (theirs.error_code != 0) {
-      const bool known =
-          theirs.error_code > HVD_SUCCESS && theirs.error_code <= HVD_ERR_IN_PROGRESS;
-      return hvd::error(known ? static_cast<hvd_status>(theirs.error_code) : HVD_ERR_REMOTE,
+      return hvd::error(hvd::core::known_error(theirs.error_code, HVD_ERR_REMOTE),
                         "the call failed on rank " + std::to_string(r) + ": " +
                             std::string(theirs.error, strnlen(theirs.error, sizeof theirs.error)));
     }

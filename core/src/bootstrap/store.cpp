@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "common/log.hpp"
+#include "common/status_text.hpp"
 
 namespace hvd::core {
 namespace {
@@ -1005,9 +1006,7 @@ Result<Bytes> TcpStoreClient::call(const Bytes& frame, Deadline deadline) {
   const auto code = static_cast<uint8_t>(payload[0]);
   payload.erase(payload.begin());
   if (code != HVD_SUCCESS) {
-    const hvd_status status =
-        code <= HVD_ERR_IN_PROGRESS ? static_cast<hvd_status>(code) : HVD_ERR_REMOTE;
-    return error(status, std::string(payload.begin(), payload.end()));
+    return error(known_error(code, HVD_ERR_REMOTE), std::string(payload.begin(), payload.end()));
   }
   return payload;
 }

@@ -6,6 +6,8 @@
 #include <map>
 #include <sstream>
 
+#include "common/status_text.hpp"
+
 namespace hvd::core {
 namespace {
 
@@ -52,10 +54,8 @@ Status check_backend_agreement(const std::vector<std::string>& choices) {
     std::getline(first, tag);
     std::getline(first, code);
     std::getline(first, message, '\0');
-    const int value = std::atoi(code.c_str());
-    const hvd_status status =
-        value > 0 && value <= HVD_ERR_IN_PROGRESS ? static_cast<hvd_status>(value) : HVD_ERR_PLUGIN;
-    return error(status, "no backend on " + join_ranks(failed) + ": " + message);
+    return error(known_error(std::atoi(code.c_str()), HVD_ERR_PLUGIN),
+                 "no backend on " + join_ranks(failed) + ": " + message);
   }
   if (order.size() > 1) {
     std::string message = "ranks chose different backends: ";

@@ -11,6 +11,7 @@
 #include "comm/agreement.hpp"
 #include "comm/host_services.hpp"
 #include "common/log.hpp"
+#include "common/status_text.hpp"
 
 namespace hvd::core {
 namespace {
@@ -239,11 +240,7 @@ Status Communicator::init_backend() {
     std::lock_guard<std::mutex> lock(call_mutex_);
     in_call_ = false;
   }
-  if (code != HVD_SUCCESS) {
-    const bool known = code > HVD_SUCCESS && code <= HVD_ERR_IN_PROGRESS;
-    return error(known ? code : HVD_ERR_INTERNAL,
-                 "init on backend '" + plugin_.name + "' failed: " + backend_call_message(code));
-  }
+  if (code != HVD_SUCCESS) return failed("init", code, backend_call_message(code));
   std::lock_guard<std::mutex> lock(abort_mutex_);
   backend_ = backend;
   backend_aborted_ = false;
@@ -263,8 +260,7 @@ Status Communicator::finalize_backend() {
   const std::optional<Runner::Outcome> outcome = runner_.run(
       [table, backend] {
         begin_backend_call();
-        const hvd_status code = table->finalize(backend);
-        return Runner::Outcome{code, code == HVD_SUCCESS ? "" : backend_call_message(code)};
+        return Runner::Outcome::of(table->finalize(backend));
       },
       Clock::now() + timeout_ + kMargin, /*interruptible=*/false);
   if (!outcome) {
@@ -273,9 +269,12 @@ Status Communicator::finalize_backend() {
     return timed_out("finalize");
   }
   if (outcome->code == HVD_SUCCESS) return Status::success();
-  const bool known = outcome->code > HVD_SUCCESS && outcome->code <= HVD_ERR_IN_PROGRESS;
-  return error(known ? outcome->code : HVD_ERR_INTERNAL,
-               "finalize on backend '" + plugin_.name + "' failed: " + outcome->message);
+  return failed("finalize", outcome->code, outcome->message);
+}
+
+Status Communicator::failed(const char* what, hvd_status code, const std::string& message) const {
+  return error(known_error(code, HVD_ERR_INTERNAL),
+               std::string(what) + " on backend '" + plugin_.name + "' failed: " + message);
 }
 
 Result<bool> Communicator::agree_through_backend(const std::string& record) {
@@ -344,7 +343,7 @@ Status Communicator::finalize() {
     closing_ = true;  // no call starts from now on
     busy = in_call_;
   }
-  if (busy || abandoned_ || runner_.stuck()) {
+  if (busy || runner_.stuck()) {
     // A call still runs in the plugin (walked away from, or made on another thread): finalizing
     // or freeing under it could crash the process, so it keeps everything it may use.
     leak_for_stuck_call();
@@ -360,7 +359,6 @@ Status Communicator::finalize() {
 }
 
 void Communicator::leak_for_stuck_call() {
-  abandoned_ = true;
   std::lock_guard<std::mutex> lock(abort_mutex_);
   if (backend_ != nullptr) {
     keep_for_stuck_calls(std::shared_ptr<void>(backend_, [](void*) {}));
@@ -424,12 +422,6 @@ void Communicator::bound_calls_until(std::optional<Clock::time_point> deadline,
 
 namespace {
 
-std::string seconds_text(std::chrono::milliseconds ms) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g s", static_cast<double>(ms.count()) / 1000);
-  return text;
-}
-
 hvd_status invoke(const hvd_backend_v1* table, hvd_backend_comm* backend, int entry,
                   const hvd_collective_args* args) {
   switch (entry) {
@@ -481,11 +473,7 @@ void Communicator::check(Clock::time_point now) {
 }
 
 Status Communicator::broken_by(const char* what, hvd_status code, const std::string& message) {
-  const bool known = code > HVD_SUCCESS && code <= HVD_ERR_IN_PROGRESS;
-  const Status failed =
-      error(known ? code : HVD_ERR_INTERNAL,
-            std::string(what) + " on backend '" + plugin_.name + "' failed: " + message);
-  abort(failed);
+  abort(failed(what, code, message));
   return health();  // this error, or one that broke it first (an abort that made the call fail)
 }
 
@@ -606,14 +594,13 @@ Status Communicator::run_on_runner(Entry entry, const char* what, const hvd_coll
   const std::optional<Runner::Outcome> outcome = runner_.run(
       [table, backend, owned, entry = static_cast<int>(entry), has_args = args != nullptr] {
         begin_backend_call();
-        const hvd_status code = invoke(table, backend, entry, has_args ? &owned->args : nullptr);
-        return Runner::Outcome{code, code == HVD_SUCCESS ? "" : backend_call_message(code)};
+        return Runner::Outcome::of(
+            invoke(table, backend, entry, has_args ? &owned->args : nullptr));
       },
       deadline);
   if (!outcome) {
     // Overran, or the communicator was aborted meanwhile: this plugin cannot be interrupted, so
     // its call is left to finish on its own, and the communicator is never finalized under it.
-    abandoned_ = true;
     abort(timed_out(what));
     return health();
   }

@@ -105,6 +105,8 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   // The same for a plugin without abort: on the runner, walked away from at the deadline.
   Status call_on_runner(Entry entry, const char* what, const hvd_collective_args* args,
                         Clock::time_point deadline);
+  // "<what> on backend 'x' failed: <message>", with the plugin's code if it is one of hvd's.
+  Status failed(const char* what, hvd_status code, const std::string& message) const;
   // A failed call breaks the communicator: the status its callers get from now on.
   Status broken_by(const char* what, hvd_status code, const std::string& message);
   Status timed_out(const std::string& what) const;
@@ -160,8 +162,7 @@ class Communicator final : public Collectives, private Watchdog::Watched {
 
   std::mutex abort_mutex_;  // the plugin's abort and finalize never overlap
   bool backend_aborted_ = false;
-  Runner runner_;                       // the calls of a plugin without abort, and finalize
-  std::atomic<bool> abandoned_{false};  // a call was walked away from
+  Runner runner_;  // the calls of a plugin without abort, and finalize; stuck once walked away from
   std::optional<Status> finalized_;
   std::vector<char> staging_;  // grows, never shrinks
 };

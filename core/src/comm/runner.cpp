@@ -2,7 +2,13 @@
 
 #include <utility>
 
+#include "comm/host_services.hpp"
+
 namespace hvd::core {
+
+Runner::Outcome Runner::Outcome::of(hvd_status code) {
+  return Outcome{code, code == HVD_SUCCESS ? "" : backend_call_message(code)};
+}
 
 Runner::~Runner() {
   if (!thread_.joinable()) return;

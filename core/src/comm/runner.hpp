@@ -29,6 +29,8 @@ class Runner {
   struct Outcome {
     hvd_status code = HVD_SUCCESS;
     std::string message;
+    // A plugin call's outcome, taken on the thread that made it (its message is thread-local).
+    static Outcome of(hvd_status code);
   };
   // What runs: everything it uses must be owned by the job itself or outlive a stuck runner.
   using Job = std::function<Outcome()>;

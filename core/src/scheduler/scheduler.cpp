@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/log.hpp"
+#include "common/status_text.hpp"
 #include "hvd/reduce.h"
 
 namespace hvd::core {
@@ -71,13 +72,6 @@ hvd_collective_args args_for(const Submission& s, const void* send, void* recv, 
 bool fuses_with(const TensorSpec& a, const TensorSpec& b) {
   return a.dtype == b.dtype && a.op == b.op && a.memory == b.memory && a.prescale == b.prescale &&
          a.postscale == b.postscale;
-}
-
-// "60", "0.5": seconds as people write them.
-std::string seconds_text(double seconds) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", seconds);
-  return text;
 }
 
 Result<double> number_knob(const EnvLookup& env, const std::string& name, double fallback,
@@ -155,16 +149,6 @@ bool Completion::settle(const Status& status) {
 
 void Completion::complete(Status status) {
   if (settle(status)) cv_.notify_all();
-}
-
-Completion* Completion::hold(std::shared_ptr<Completion> completion) {
-  Completion* raw = completion.get();
-  raw->held_ = std::move(completion);
-  return raw;
-}
-
-void Completion::release(Completion* completion) {
-  const std::shared_ptr<Completion> last = std::move(completion->held_);  // outlives the move
 }
 
 void Completion::set_output(std::unique_ptr<char[]> data, int64_t first_dim) {
@@ -543,9 +527,8 @@ Status Scheduler::run_cycle(bool* stop) {
     const auto it = sent_.find(r.name);
     if (it == sent_.end()) continue;  // answered already: one verdict per entry, however many
     // A code from a peer is one of hvd's, or reported as the peer's failure.
-    const bool known = r.error_code > HVD_SUCCESS && r.error_code <= HVD_ERR_IN_PROGRESS;
     verdicts.push_back(Verdict{it->second, r.spec.group, r.spec.group_size, std::move(r.error),
-                               std::move(r.first_dims), known ? r.error_code : HVD_ERR_REMOTE});
+                               std::move(r.first_dims), known_error(r.error_code, HVD_ERR_REMOTE)});
     sent_.erase(it);
   }
   ++cycles_;
@@ -598,7 +581,7 @@ void Scheduler::stall_check(Clock::time_point now) {
   std::string text =
       "One or more tensors were submitted to be reduced, gathered or broadcast by a subset of "
       "ranks and have waited for the remaining ranks for more than " +
-      seconds_text(options_.stall_check.count()) +
+      seconds_number(options_.stall_check) +
       " seconds. This may mean that different ranks submit different tensors, or that only a "
       "subset of ranks submits tensors, which will deadlock. Missing ranks:";
   for (const auto& [missing, names] : by_missing) {

@@ -65,12 +65,6 @@ class Completion {
   static void complete_all(const std::vector<std::shared_ptr<Completion>>& all,
                            const Status& status);
 
-  // For a caller whose handle is a raw pointer (the C API's hvd_request): hold() keeps the
-  // caller's reference inside the completion, release() drops it, which may destroy it. Both on
-  // the caller's side only.
-  static Completion* hold(std::shared_ptr<Completion> completion);
-  static void release(Completion* completion);
-
   // An allgather submitted without a recv buffer: the gathered tensor hvd allocated, and its
   // first dimension (the ranks', summed). Set by the scheduler before it completes; read once it
   // succeeded, and owned by the completion.
@@ -85,8 +79,7 @@ class Completion {
   Scheduler& scheduler_;
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
-  mutable int waiters_ = 0;           // threads in wait() counted in the scheduler
-  std::shared_ptr<Completion> held_;  // the caller's reference (hold)
+  mutable int waiters_ = 0;  // threads in wait() counted in the scheduler
   bool done_ = false;
   Status status_;
   std::unique_ptr<char[]> output_;
