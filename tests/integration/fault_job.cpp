@@ -12,6 +12,8 @@
 //                            reported, it kills rank R (SIGKILL), which ends the job
 //   --kill-rank R=MS         rank R kills itself (SIGKILL) MS milliseconds into its call: a peer
 //                            lost in the middle of the data
+//   --fused                  start the fusion scheduler first (one asynchronous allreduce): the
+//                            call then goes through it, negotiated
 //   --linger S               after reporting, wait S seconds before finalizing: a launcher that
 //                            ends the job when one rank leaves (mpirun) lets the others report
 //
@@ -42,6 +44,7 @@ struct Options {
   int kill_rank = -1;
   int kill_after_ms = 0;
   double linger = 0;
+  bool fused = false;
 };
 
 std::pair<int, std::string> split(const std::string& value) {
@@ -67,6 +70,8 @@ bool parse(int argc, char** argv, Options* o) {
       auto [r, ms] = split(argv[++i]);
       o->kill_rank = r;
       o->kill_after_ms = std::atoi(ms.c_str());
+    } else if (arg == "--fused") {
+      o->fused = true;
     } else if (arg == "--linger" && has_value) {
       o->linger = std::atof(argv[++i]);
     } else if (arg == "--stop-rank" && has_value) {
@@ -116,6 +121,19 @@ int main(int argc, char** argv) {
   if (hvd_allgather(comm, &pid, pids.data(), 1, HVD_INT64, nullptr) != HVD_SUCCESS) {
     std::printf("rank %d: allgather of pids failed: %s\n", rank, hvd_last_error());
     return 1;
+  }
+
+  if (o.fused) {
+    int32_t one = 1;
+    const int64_t shape[1] = {1};
+    hvd_request* request = nullptr;
+    if (hvd_allreduce_async(comm, "start the scheduler", &one, &one, HVD_INT32, 1, shape, HVD_SUM,
+                            0, 0, nullptr, &request) != HVD_SUCCESS ||
+        hvd_request_wait(request, -1) != HVD_SUCCESS) {
+      std::printf("rank %d: starting the scheduler failed: %s\n", rank, hvd_last_error());
+      return 1;
+    }
+    hvd_request_free(request);
   }
 
   if (rank == o.stop_rank) {

@@ -122,6 +122,29 @@ TEST(GlooFaultJob, APeerKilledInTheMiddleIsAnErrorOnTheOthers) {
   }
 }
 
+// The same kill once the scheduler runs: the survivors' negotiation or data collective fails,
+// which breaks their communicators, and the blocking call returns that error.
+TEST(GlooFaultJob, APeerKilledInTheFusedPathIsAnErrorOnTheOthers) {
+  const std::string common =
+      "HVD_SIZE=3 HVD_TIMEOUT=10 HVD_SECRET=s HVD_BACKEND=gloo HVD_RENDEZVOUS_ADDR=127.0.0.1:" +
+      free_port();
+  std::string command = "(";
+  for (int rank = 0; rank < 3; ++rank) {
+    command += "(" + common + " HVD_RANK=" + std::to_string(rank) + " " + kFaultJob +
+               " --fused --count 16777216 --kill-rank 1=200; echo \"rank " + std::to_string(rank) +
+               " exit $?\") & ";
+  }
+  Job r = run(command + "wait)");
+  const auto by_rank = reports(r.output);
+  for (int rank : {0, 2}) {
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 0"), std::string::npos)
+        << r.output;
+    ASSERT_EQ(by_rank.count(rank), 1u) << r.output;
+    EXPECT_NE(by_rank.at(rank).status, "success") << r.output;
+    EXPECT_LT(by_rank.at(rank).seconds, kTimeout + kSlack) << by_rank.at(rank).message;
+  }
+}
+
 // Rank 1 stops (SIGSTOP) instead of calling; rank 0's call is a timeout, on the sync mesh (8 B)
 // and in the agreement before the event-loop mesh (4 MiB).
 void expect_gloo_stopped_rank_times_out(const std::string& count) {
