@@ -208,12 +208,18 @@ void write_stderr(const char* text) {
   if (text != nullptr) (void)!::write(STDERR_FILENO, text, std::strlen(text));
 }
 
+// SIGPIPE as hvdrun found it: hvdrun ignores it, and an ignored signal would survive exec into
+// every rank, changing the application's own handling.
+struct sigaction g_sigpipe_at_start = {};
+
 // Ties the child's life to hvdrun's: when hvdrun dies, however (SIGKILL included, which no handler
 // sees), the kernel sends the child `signal`. The setting survives exec (of a program that is not
 // set-uid), so it holds for the rank the child becomes. The kernel sends it when the *thread* that
 // forked the child ends, not the process: every fork in hvdrun happens on the main thread, which
 // lives as long as hvdrun does. Keep it so.
+// The child also gets SIGPIPE back as hvdrun found it.
 void die_with_hvdrun(pid_t hvdrun, int signal) {
+  ::sigaction(SIGPIPE, &g_sigpipe_at_start, nullptr);
   if (::prctl(PR_SET_PDEATHSIG, signal) != 0) {
     write_stderr(
         "hvdrun: prctl(PR_SET_PDEATHSIG) failed: not starting a process that could "
@@ -604,6 +610,8 @@ int main(int argc, char** argv) {
   stop.sa_flags = 0;
   ::sigaction(SIGINT, &stop, nullptr);
   ::sigaction(SIGTERM, &stop, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  struct sigaction ignore = {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &g_sigpipe_at_start);
   return through_mpirun ? launch_with_mpirun(opt, job_env) : launch_locally(opt, job_env);
 }

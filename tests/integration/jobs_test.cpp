@@ -1,6 +1,8 @@
 // Real multi-process jobs: hvdrun, the rank-0-hosted rendezvous, disagreements and failures.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -87,6 +89,25 @@ TEST(Hvdrun, AFailingRankStopsTheOthersAndSetsTheExitCode) {
       std::regex(R"(hvdrun: rank 1 \(pid \d+\) exited with status 3; stopping the other ranks)")))
       << r.output;
   EXPECT_LT(r.seconds, 30) << "the hanging ranks were not stopped";
+}
+
+// hvdrun ignores SIGPIPE for itself; its ranks start with SIGPIPE as hvdrun found it (an ignored
+// signal survives exec).
+bool sigpipe_ignored(const std::string& status_line) {
+  const size_t colon = status_line.rfind(':');
+  const uint64_t ignored = std::stoull(status_line.substr(colon + 1), nullptr, 16);
+  return (ignored >> (SIGPIPE - 1) & 1) != 0;
+}
+
+TEST(Hvdrun, RanksGetSigpipeAsHvdrunFoundIt) {
+  Job outside = run("grep SigIgn /proc/self/status");
+  Job rank = run(kHvdrun + " -np 1 -- grep SigIgn /proc/self/status");
+  ASSERT_EQ(rank.exit_code, 0) << rank.output;
+  EXPECT_EQ(sigpipe_ignored(rank.output), sigpipe_ignored(outside.output))
+      << "outside hvdrun: " << outside.output << "rank: " << rank.output;
+  Job ignoring =
+      run("sh -c 'trap \"\" PIPE; exec " + kHvdrun + " -np 1 -- grep SigIgn /proc/self/status'");
+  EXPECT_TRUE(sigpipe_ignored(ignoring.output)) << ignoring.output;
 }
 
 TEST(Hvdrun, ExplainsBadUsage) {
