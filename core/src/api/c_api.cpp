@@ -19,8 +19,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using hvd::core::Communicator;
-using hvd::core::seconds_text;
 using hvd::core::OpType;
+using hvd::core::seconds_text;
 using hvd::core::Submission;
 
 // What an hvd_comm handle names. Members are destroyed in reverse: the scheduler stops before
@@ -432,9 +432,18 @@ hvd::Status collective(const hvd_comm* comm, const char* api, OpType type,
   return direct(*c->impl);
 }
 
+// What a thread that would not stop may still use: kept reachable, never freed.
+void keep_forever(std::shared_ptr<void> kept) {
+  static auto* const mutex = new std::mutex;
+  static auto* const kept_forever = new std::vector<std::shared_ptr<void>>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  kept_forever->push_back(std::move(kept));
+}
+
 // Every bounded wait of hvd_finalize, in order: the scheduler's last cycle (aborted if it
 // overruns), then the controller's and the backend's release.
-hvd::Status finalize(CommState& c) {
+hvd::Status finalize(const std::shared_ptr<CommState>& self) {
+  CommState& c = *self;
   const Clock::time_point deadline = Clock::now() + c.limit();
   std::optional<hvd::Status> failure;
   std::shared_ptr<hvd::core::Scheduler> scheduler;
@@ -445,12 +454,20 @@ hvd::Status finalize(CommState& c) {
   }
   if (scheduler) {
     if (!scheduler->stop_by(deadline)) {
-      abort_comm(c, hvd::error(HVD_ERR_TIMEOUT,
-                               "hvd_finalize: the scheduler's last cycle did not end within "
-                               "HVD_TIMEOUT (" +
-                                   seconds_text(c.impl->timeout()) + ") + " +
-                                   seconds_text(Communicator::kMargin) +
-                                   ": the communicator was aborted"));
+      const hvd::Status overran =
+          hvd::error(HVD_ERR_TIMEOUT,
+                     "hvd_finalize: the scheduler's last cycle did not end within "
+                     "HVD_TIMEOUT (" +
+                         seconds_text(c.impl->timeout()) + ") + " +
+                         seconds_text(Communicator::kMargin) + ": the communicator was aborted");
+      abort_comm(c, overran);
+      // The abort ends the backend call in progress; a plugin whose abort does not is left its
+      // thread, and everything that thread uses is kept, never freed.
+      if (!scheduler->stop_by(Clock::now() + c.limit())) {
+        keep_forever(std::move(scheduler));
+        keep_forever(self);
+        return overran;
+      }
     }
     failure = scheduler->failure();
     scheduler.reset();  // joins (if last): every backend call it makes now returns in its limit
@@ -504,7 +521,7 @@ hvd_status hvd_finalize(hvd_comm* comm) {
                         "hvd_finalize: comm is not a live communicator (finalized already, or "
                         "never made)");
     }
-    return finalize(*c);
+    return finalize(c);
   });
 }
 
