@@ -4,36 +4,19 @@
 // settings.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <regex>
 #include <string>
 
+#include "shell_job.hpp"
+
 namespace {
 
-struct Job {
-  int exit_code = -1;
-  std::string output;
-};
-
-// Runs a shell command, capturing stdout and stderr together.
-Job run(const std::string& command) {
-  Job r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) r.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+using hvd::testing::free_port;
+using hvd::testing::Job;
+using hvd::testing::run;
 
 const std::string kHvdrun = HVD_HVDRUN;
 const std::string kFaultJob = HVD_FAULT_JOB;
@@ -56,19 +39,6 @@ std::map<int, Report> reports(const std::string& output) {
     by_rank[std::stoi((*it)[1])] = Report{(*it)[2], std::stod((*it)[3]), (*it)[4]};
   }
   return by_rank;
-}
-
-// A port nobody listens on right now: the kernel picks it for a socket we then close.
-std::string free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return std::to_string(ntohs(addr.sin_port));
 }
 
 constexpr double kTimeout = 2;  // HVD_TIMEOUT of these jobs

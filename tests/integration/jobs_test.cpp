@@ -3,38 +3,19 @@
 
 #include <csignal>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "shell_job.hpp"
+
 namespace {
 
-struct Job {
-  int exit_code = -1;
-  std::string output;
-  double seconds = 0;
-};
-
-// Job a shell command, capturing stdout and stderr together.
-Job run(const std::string& command) {
-  const auto start = std::chrono::steady_clock::now();
-  Job r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) r.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return r;
-}
+using hvd::testing::free_port;
+using hvd::testing::Job;
+using hvd::testing::run;
 
 const std::string kHvdrun = HVD_HVDRUN;
 const std::string kProbe = HVD_PROBE;
@@ -43,19 +24,6 @@ const std::string kMpirun = std::string(HVD_MPIEXEC) + " --allow-run-as-root --o
 
 #define REQUIRE_MPI() \
   if (std::string(HVD_MPIEXEC).empty()) GTEST_SKIP() << "the mpi backend is not built"
-
-// A port nobody listens on right now: the kernel picks it for a socket we then close.
-std::string free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return std::to_string(ntohs(addr.sin_port));
-}
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -87,7 +87,7 @@ HVD_API hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm);
 /* Release the communicator. Collective while it is healthy; once broken (a failure, a timeout,
  * hvd_comm_abort) it releases this rank's side alone and returns the error that broke it. Each
  * of its steps (the scheduler's last cycle, the controller's and the backend's release) is
- * bounded by HVD_TIMEOUT + 1 s. The handle is invalid afterwards, whatever the status. NULL is
+ * bounded by HVD_TIMEOUT + 1 s (the scheduler's twice, when its backend must be aborted). The handle is invalid afterwards, whatever the status. NULL is
  * accepted and ignored. */
 HVD_API hvd_status hvd_finalize(hvd_comm* comm);
 /* Break the communicator from any thread, now: a call in progress on another thread returns (a
