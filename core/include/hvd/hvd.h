@@ -124,6 +124,44 @@ HVD_API hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* rec
 HVD_API hvd_status hvd_broadcast(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
                                  hvd_dtype dtype, int root, const hvd_placement* placement);
 HVD_API hvd_status hvd_barrier(hvd_comm* comm);
+/* sendbuf holds count elements for each rank, in rank order (count * size in all); rank r's
+ * recvbuf[i] = op over ranks of sendbuf[r * count + i], i < count. In place when sendbuf ==
+ * recvbuf (the result lands in its first count elements). A backend without
+ * HVD_CAP_REDUCE_SCATTER runs it as an allreduce in a host buffer of hvd's, keeping this rank's
+ * block: n times the bytes on the wire. */
+HVD_API hvd_status hvd_reduce_scatter(hvd_comm* comm, const void* sendbuf, void* recvbuf,
+                                      uint64_t count, hvd_dtype dtype, hvd_reduce_op op,
+                                      const hvd_placement* placement);
+/* Rank r sends send_counts[d] elements to each rank d, packed in rank order in sendbuf, and
+ * receives what each rank s sends it, packed in rank order in recvbuf, which holds recv_capacity
+ * elements; recv_counts (NULL, or size entries) receives how many came from each rank. The ranks'
+ * counts are exchanged first (one allgather of size + 1 integers per rank), so a recvbuf too
+ * small on any rank fails the call on every rank alike. Never in place. A backend without
+ * alltoall runs it as one broadcast per rank of what that rank sends (host memory only). */
+HVD_API hvd_status hvd_alltoall(hvd_comm* comm, const void* sendbuf, const uint64_t* send_counts,
+                                void* recvbuf, uint64_t recv_capacity, uint64_t* recv_counts,
+                                hvd_dtype dtype, const hvd_placement* placement);
+
+/* ---- Communicators from communicators ------------------------------------------------------
+ *
+ * MPI_Comm_split: collective over every rank of `comm`. The ranks that pass the same color >= 0
+ * form a child communicator, ranked by key, ties broken by their rank in `comm`; a rank passing
+ * a negative color (HVD_COLOR_NONE) takes part and gets *out = NULL. The child has its own
+ * ranks, local rank and size (among its members on the same host), scheduler and tensor names
+ * (the same name in two communicators never collides), and is used and finalized like any
+ * communicator; its parent cannot be finalized while it lives (HVD_ERR_STATE). hvd_comm_abort on
+ * a parent aborts its children too. A backend with a native split (MPI_Comm_split) makes the
+ * child from the parent; any other is initialized afresh over the child's members. */
+#define HVD_COLOR_NONE (-1)
+HVD_API hvd_status hvd_comm_split(hvd_comm* comm, int color, int key, hvd_comm** out);
+/* Horovod's process set: a child of `comm` over ranks[0..count) (ranks of `comm`, distinct, in
+ * any order; the child ranks them in increasing order). Collective over every rank of `comm`:
+ * every rank passes the same list (ranks that disagree get the same HVD_ERR_MISMATCH), and a
+ * rank not in it gets *out = NULL. */
+HVD_API hvd_status hvd_comm_create_process_set(hvd_comm* comm, const int* ranks, int count,
+                                               hvd_comm** out);
+/* This communicator's rank r as a rank of the job (its world): -1 for NULL or r out of range. */
+HVD_API int hvd_comm_job_rank(const hvd_comm* comm, int rank);
 
 /* ---- Named asynchronous collectives: the fusion scheduler ---------------------------------
  *
@@ -142,6 +180,8 @@ typedef enum hvd_collective {
   HVD_COLLECTIVE_ALLREDUCE = 0,
   HVD_COLLECTIVE_ALLGATHER = 1,
   HVD_COLLECTIVE_BROADCAST = 2,
+  HVD_COLLECTIVE_REDUCE_SCATTER = 3,
+  HVD_COLLECTIVE_ALLTOALL = 4,
   HVD_ENUM_RANGE(HVD_COLLECTIVE_)
 } hvd_collective;
 
@@ -165,6 +205,9 @@ typedef struct hvd_tensor {
   double prescale;                /* allreduce, floating types: input x prescale; 0 means 1 */
   double postscale;               /* allreduce, floating types: result x postscale; 0 means 1 */
   const hvd_placement* placement; /* NULL: host memory */
+  /* 1.1: alltoall: NULL, or the rows (first-dimension entries) sent to each rank, size entries
+   * summing to shape[0]. NULL: shape[0] divided evenly (it must divide by size). */
+  const int64_t* splits;
 } hvd_tensor;
 #define HVD_TENSOR_SIZE_1_0 HVD_FIELD_END(hvd_tensor, placement)
 
@@ -181,6 +224,26 @@ HVD_API hvd_status hvd_broadcast_async(hvd_comm* comm, const char* name, const v
                                        void* recvbuf, hvd_dtype dtype, int32_t ndim,
                                        const int64_t* shape, int root,
                                        const hvd_placement* placement, hvd_request** request);
+/* Reduce-scatter along the first dimension: the shape is the input's, every rank's alike; rank r
+ * gets rows [start_r, start_r + rows_r) of the reduction, where shape[0] = q * size + m and the
+ * first m ranks get one row more (rows_r = q + (r < m), as Horovod splits it). recvbuf holds
+ * rows_r rows. Scales as for allreduce. */
+HVD_API hvd_status hvd_reduce_scatter_async(hvd_comm* comm, const char* name, const void* sendbuf,
+                                            void* recvbuf, hvd_dtype dtype, int32_t ndim,
+                                            const int64_t* shape, hvd_reduce_op op,
+                                            double prescale, double postscale,
+                                            const hvd_placement* placement,
+                                            hvd_request** request);
+/* Horovod's alltoall: splits[d] rows (of the first dimension) go to rank d (splits NULL: shape[0]
+ * divided evenly, which it must be); each rank receives what every rank sends it, in rank order.
+ * The ranks may differ in shape[0] and splits, not in the other dimensions. With recvbuf NULL,
+ * hvd allocates the output (hvd_request_output); a given recvbuf must hold what arrives, or the
+ * tensor fails on every rank. hvd_request_received_splits says how many rows came from each
+ * rank. */
+HVD_API hvd_status hvd_alltoall_async(hvd_comm* comm, const char* name, const void* sendbuf,
+                                      void* recvbuf, hvd_dtype dtype, int32_t ndim,
+                                      const int64_t* shape, const int64_t* splits,
+                                      const hvd_placement* placement, hvd_request** request);
 /* count tensors queued atomically; on every rank they complete in the same cycle (and fuse
  * where they can). requests[i] is tensors[i]'s. On failure no tensor was queued. */
 HVD_API hvd_status hvd_grouped_async(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
@@ -190,11 +253,13 @@ HVD_API hvd_status hvd_request_poll(hvd_request* request, int* done);
 /* Waits until the request completes and returns its status (its message: hvd_last_error()).
  * A timeout_seconds >= 0 bounds the wait: HVD_ERR_TIMEOUT then, and the operation goes on. */
 HVD_API hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds);
-/* An allgather submitted with recvbuf NULL, once it succeeded: *data is the gathered tensor
- * (host memory, valid until hvd_request_free) and *first_dim its first dimension, the ranks'
- * summed; its other dimensions are the submitted ones. HVD_ERR_STATE before completion or for a
+/* An allgather or alltoall submitted with recvbuf NULL, once it succeeded: *data is the output
+ * (host memory, valid until hvd_request_free) and *first_dim its first dimension (the rows it
+ * received from every rank, summed); its other dimensions are the submitted ones. HVD_ERR_STATE before completion or for a
  * request without such an output; a failed operation's status otherwise. */
 HVD_API hvd_status hvd_request_output(hvd_request* request, void** data, int64_t* first_dim);
+/* An alltoall, once it succeeded: splits[s] = the rows received from rank s (size entries). */
+HVD_API hvd_status hvd_request_received_splits(hvd_request* request, int64_t* splits);
 /* Releases the handle (the operation itself goes on). NULL is ignored. */
 HVD_API void hvd_request_free(hvd_request* request);
 

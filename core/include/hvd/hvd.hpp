@@ -86,6 +86,13 @@ class Request {
     if (code != HVD_SUCCESS) return Status(code, hvd_last_error());
     return out;
   }
+  // An alltoall, once it succeeded: the rows received from each rank (`size` of its comm).
+  Result<std::vector<int64_t>> received_splits(int size) const {
+    std::vector<int64_t> splits(static_cast<size_t>(size > 0 ? size : 0));
+    const hvd_status code = hvd_request_received_splits(request_, splits.data());
+    if (code != HVD_SUCCESS) return Status(code, hvd_last_error());
+    return splits;
+  }
 
  private:
   friend class Comm;
@@ -109,6 +116,27 @@ class Comm {
     if (!s.ok()) return s;
     return Comm(comm);
   }
+
+  // A child of this communicator (hvd_comm_split): collective over every rank of this one. A
+  // rank that joins none (color < 0) gets an empty Comm (false).
+  Result<Comm> split(int color, int key) {
+    hvd_comm* child = nullptr;
+    Status s = check(hvd_comm_split(comm_, color, key, &child));
+    if (!s.ok()) return s;
+    return Comm(child);
+  }
+  // Horovod's process set over `ranks` of this communicator (hvd_comm_create_process_set): the
+  // same list on every rank of this one; a rank not in it gets an empty Comm (false).
+  Result<Comm> process_set(const std::vector<int>& ranks) {
+    hvd_comm* child = nullptr;
+    Status s = check(hvd_comm_create_process_set(comm_, ranks.data(),
+                                                 static_cast<int>(ranks.size()), &child));
+    if (!s.ok()) return s;
+    return Comm(child);
+  }
+  explicit operator bool() const { return comm_ != nullptr; }
+  // This communicator's rank r as a rank of the job.
+  int job_rank(int rank) const { return hvd_comm_job_rank(comm_, rank); }
 
   Comm(Comm&& other) noexcept : comm_(std::exchange(other.comm_, nullptr)) {}
   Comm& operator=(Comm&& other) noexcept {
@@ -160,6 +188,17 @@ class Comm {
     return check(hvd_broadcast(comm_, send, recv, count, dtype, root, placement));
   }
   Status barrier() { return check(hvd_barrier(comm_)); }
+  Status reduce_scatter(const void* send, void* recv, uint64_t count, hvd_dtype dtype,
+                        hvd_reduce_op op, const hvd_placement* placement = nullptr) {
+    return check(hvd_reduce_scatter(comm_, send, recv, count, dtype, op, placement));
+  }
+  // recv_counts, if given, gets size() entries.
+  Status alltoall(const void* send, const uint64_t* send_counts, void* recv,
+                  uint64_t recv_capacity, uint64_t* recv_counts, hvd_dtype dtype,
+                  const hvd_placement* placement = nullptr) {
+    return check(hvd_alltoall(comm_, send, send_counts, recv, recv_capacity, recv_counts, dtype,
+                              placement));
+  }
 
   // Named asynchronous collectives (see hvd.h). Shapes are element counts per dimension.
   Result<Request> allreduce_async(const std::string& name, const void* send, void* recv,
@@ -190,6 +229,29 @@ class Comm {
     Status s = check(hvd_broadcast_async(comm_, name.c_str(), send, recv, dtype,
                                          static_cast<int32_t>(shape.size()), shape.data(), root,
                                          placement, &r));
+    if (!s.ok()) return s;
+    return Request(r);
+  }
+  Result<Request> reduce_scatter_async(const std::string& name, const void* send, void* recv,
+                                       hvd_dtype dtype, const std::vector<int64_t>& shape,
+                                       hvd_reduce_op op, double prescale = 1, double postscale = 1,
+                                       const hvd_placement* placement = nullptr) {
+    hvd_request* r = nullptr;
+    Status s = check(hvd_reduce_scatter_async(comm_, name.c_str(), send, recv, dtype,
+                                              static_cast<int32_t>(shape.size()), shape.data(), op,
+                                              prescale, postscale, placement, &r));
+    if (!s.ok()) return s;
+    return Request(r);
+  }
+  // splits empty: shape[0] divided evenly.
+  Result<Request> alltoall_async(const std::string& name, const void* send, void* recv,
+                                 hvd_dtype dtype, const std::vector<int64_t>& shape,
+                                 const std::vector<int64_t>& splits = {},
+                                 const hvd_placement* placement = nullptr) {
+    hvd_request* r = nullptr;
+    Status s = check(hvd_alltoall_async(comm_, name.c_str(), send, recv, dtype,
+                                        static_cast<int32_t>(shape.size()), shape.data(),
+                                        splits.empty() ? nullptr : splits.data(), placement, &r));
     if (!s.ok()) return s;
     return Request(r);
   }

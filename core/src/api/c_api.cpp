@@ -740,6 +740,35 @@ hvd_status hvd_scheduler_stats_get(hvd_comm* comm, hvd_scheduler_stats* stats) {
   });
 }
 
+hvd_status hvd_reduce_scatter(hvd_comm*, const void*, void*, uint64_t, hvd_dtype, hvd_reduce_op,
+                              const hvd_placement*) {
+  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "hvd_reduce_scatter: not yet"); });
+}
+hvd_status hvd_alltoall(hvd_comm*, const void*, const uint64_t*, void*, uint64_t, uint64_t*,
+                        hvd_dtype, const hvd_placement*) {
+  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "hvd_alltoall: not yet"); });
+}
+hvd_status hvd_reduce_scatter_async(hvd_comm*, const char*, const void*, void*, hvd_dtype, int32_t,
+                                    const int64_t*, hvd_reduce_op, double, double,
+                                    const hvd_placement*, hvd_request**) {
+  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "not yet"); });
+}
+hvd_status hvd_alltoall_async(hvd_comm*, const char*, const void*, void*, hvd_dtype, int32_t,
+                              const int64_t*, const int64_t*, const hvd_placement*,
+                              hvd_request**) {
+  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "not yet"); });
+}
+hvd_status hvd_request_received_splits(hvd_request*, int64_t*) {
+  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "not yet"); });
+}
+hvd_status hvd_comm_split(hvd_comm*, int, int, hvd_comm**) {
+  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "not yet"); });
+}
+hvd_status hvd_comm_create_process_set(hvd_comm*, const int*, int, hvd_comm**) {
+  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "not yet"); });
+}
+int hvd_comm_job_rank(const hvd_comm*, int) { return -1; }
+
 const char* hvd_last_error(void) { return t_has_last_error ? t_last_error.c_str() : ""; }
 
 const char* hvd_version(void) { return HVD_VERSION_STRING; }
