@@ -87,8 +87,8 @@ HVD_API hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm);
 /* Release the communicator. Collective while it is healthy; once broken (a failure, a timeout,
  * hvd_comm_abort) it releases this rank's side alone and returns the error that broke it. Each
  * of its steps (the scheduler's last cycle, the controller's and the backend's release) is
- * bounded by HVD_TIMEOUT + 1 s (the scheduler's twice, when its backend must be aborted). The handle is invalid afterwards, whatever the status. NULL is
- * accepted and ignored. */
+ * bounded by HVD_TIMEOUT + 1 s (the scheduler's twice, when its backend must be aborted). The
+ * handle is invalid afterwards, whatever the status. NULL is accepted and ignored. */
 HVD_API hvd_status hvd_finalize(hvd_comm* comm);
 /* Break the communicator from any thread, now: a call in progress on another thread returns (a
  * backend with the ABI's abort is interrupted; one without is walked away from), every request
@@ -230,9 +230,8 @@ HVD_API hvd_status hvd_broadcast_async(hvd_comm* comm, const char* name, const v
  * rows_r rows. Scales as for allreduce. */
 HVD_API hvd_status hvd_reduce_scatter_async(hvd_comm* comm, const char* name, const void* sendbuf,
                                             void* recvbuf, hvd_dtype dtype, int32_t ndim,
-                                            const int64_t* shape, hvd_reduce_op op,
-                                            double prescale, double postscale,
-                                            const hvd_placement* placement,
+                                            const int64_t* shape, hvd_reduce_op op, double prescale,
+                                            double postscale, const hvd_placement* placement,
                                             hvd_request** request);
 /* Horovod's alltoall: splits[d] rows (of the first dimension) go to rank d (splits NULL: shape[0]
  * divided evenly, which it must be); each rank receives what every rank sends it, in rank order.
@@ -255,8 +254,9 @@ HVD_API hvd_status hvd_request_poll(hvd_request* request, int* done);
 HVD_API hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds);
 /* An allgather or alltoall submitted with recvbuf NULL, once it succeeded: *data is the output
  * (host memory, valid until hvd_request_free) and *first_dim its first dimension (the rows it
- * received from every rank, summed); its other dimensions are the submitted ones. HVD_ERR_STATE before completion or for a
- * request without such an output; a failed operation's status otherwise. */
+ * received from every rank, summed); its other dimensions are the submitted ones. HVD_ERR_STATE
+ * before completion or for a request without such an output; a failed operation's status otherwise.
+ */
 HVD_API hvd_status hvd_request_output(hvd_request* request, void** data, int64_t* first_dim);
 /* An alltoall, once it succeeded: splits[s] = the rows received from rank s (size entries). */
 HVD_API hvd_status hvd_request_received_splits(hvd_request* request, int64_t* splits);

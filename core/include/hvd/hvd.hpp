@@ -129,8 +129,8 @@ class Comm {
   // same list on every rank of this one; a rank not in it gets an empty Comm (false).
   Result<Comm> process_set(const std::vector<int>& ranks) {
     hvd_comm* child = nullptr;
-    Status s = check(hvd_comm_create_process_set(comm_, ranks.data(),
-                                                 static_cast<int>(ranks.size()), &child));
+    Status s = check(
+        hvd_comm_create_process_set(comm_, ranks.data(), static_cast<int>(ranks.size()), &child));
     if (!s.ok()) return s;
     return Comm(child);
   }
@@ -193,11 +193,11 @@ class Comm {
     return check(hvd_reduce_scatter(comm_, send, recv, count, dtype, op, placement));
   }
   // recv_counts, if given, gets size() entries.
-  Status alltoall(const void* send, const uint64_t* send_counts, void* recv,
-                  uint64_t recv_capacity, uint64_t* recv_counts, hvd_dtype dtype,
+  Status alltoall(const void* send, const uint64_t* send_counts, void* recv, uint64_t recv_capacity,
+                  uint64_t* recv_counts, hvd_dtype dtype,
                   const hvd_placement* placement = nullptr) {
-    return check(hvd_alltoall(comm_, send, send_counts, recv, recv_capacity, recv_counts, dtype,
-                              placement));
+    return check(
+        hvd_alltoall(comm_, send, send_counts, recv, recv_capacity, recv_counts, dtype, placement));
   }
 
   // Named asynchronous collectives (see hvd.h). Shapes are element counts per dimension.

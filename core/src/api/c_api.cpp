@@ -1,4 +1,5 @@
 // The public C API (hvd.h): a thin hourglass over Communicator. No exception crosses it.
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "api/handles.hpp"
 #include "comm/communicator.hpp"
@@ -182,9 +184,10 @@ hvd::Status unknown_request() {
   return hvd::error(HVD_ERR_STATE, "request is not a live request (freed already, or never made)");
 }
 
-hvd::Status submission_of(const hvd_tensor& t, Submission* s) {
+// `size`: the communicator's, the number of an alltoall's splits.
+hvd::Status submission_of(const hvd_tensor& t, int size, Submission* s) {
   HVD_RETURN_IF_ERROR(check_size(t.struct_size, HVD_TENSOR_SIZE_1_0, "hvd_tensor"));
-  if (t.collective < HVD_COLLECTIVE_ALLREDUCE || t.collective > HVD_COLLECTIVE_BROADCAST) {
+  if (t.collective < HVD_COLLECTIVE_ALLREDUCE || t.collective > HVD_COLLECTIVE_ALLTOALL) {
     return hvd::error(HVD_ERR_INVALID_ARGUMENT,
                       "collective " + std::to_string(t.collective) + " is not an hvd_collective");
   }
@@ -202,6 +205,10 @@ hvd::Status submission_of(const hvd_tensor& t, Submission* s) {
   spec.root = t.root;
   spec.prescale = t.prescale == 0 ? 1 : t.prescale;
   spec.postscale = t.postscale == 0 ? 1 : t.postscale;
+  if (HVD_HAS_FIELD(&t, hvd_tensor, splits) && t.splits != nullptr &&
+      t.collective == HVD_COLLECTIVE_ALLTOALL) {
+    spec.splits.assign(t.splits, t.splits + size);
+  }
   if (t.placement != nullptr) {
     HVD_RETURN_IF_ERROR(
         check_size(t.placement->struct_size, HVD_PLACEMENT_SIZE_1_0, "hvd_placement"));
@@ -221,14 +228,16 @@ hvd::Status enqueue(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
   }
   if (count == 1) {  // every hvd_*_async call: no group to build
     Submission s;
-    HVD_RETURN_IF_ERROR(submission_of(tensors[0], &s));
+    HVD_RETURN_IF_ERROR(submission_of(tensors[0], c->impl->size(), &s));
     HVD_ASSIGN_OR_RETURN(const auto scheduler, scheduler_of(*c));
     HVD_ASSIGN_OR_RETURN(auto completion, scheduler->submit(std::move(s)));
     requests[0] = request_of(std::move(completion));
     return hvd::Status::success();
   }
   std::vector<Submission> group(count);
-  for (size_t i = 0; i < count; ++i) HVD_RETURN_IF_ERROR(submission_of(tensors[i], &group[i]));
+  for (size_t i = 0; i < count; ++i) {
+    HVD_RETURN_IF_ERROR(submission_of(tensors[i], c->impl->size(), &group[i]));
+  }
   HVD_ASSIGN_OR_RETURN(const auto scheduler, scheduler_of(*c));
   HVD_ASSIGN_OR_RETURN(auto completions, scheduler->submit_group(std::move(group)));
   for (size_t i = 0; i < count; ++i) requests[i] = request_of(std::move(completions[i]));
@@ -262,8 +271,11 @@ void abort_comm(CommState& c, const hvd::Status& why) {
 
 // A blocking collective once the scheduler runs: submitted under a name every rank derives
 // alike (the n-th blocking call), then waited for, no longer than the call's limit from `entry`.
+// An alltoall's received counts go to `received` (its a.recv_counts is the recv buffer's
+// capacity then, one element).
 hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
-                              const hvd_collective_args& a, Clock::time_point entry) {
+                              const hvd_collective_args& a, Clock::time_point entry,
+                              uint64_t* received = nullptr) {
   Submission s;
   s.name = "hvd.blocking." + std::to_string(c.blocking_calls++);
   s.send = a.sendbuf;
@@ -276,7 +288,13 @@ hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
   s.spec.memory = a.memory_type;
   s.spec.device = a.device;
   s.stream = a.stream;
-  if (a.recv_counts != nullptr) {  // allgatherv: recv holds the counts' sum
+  if (type == OpType::kAlltoall) {  // rows of one element; the caller's capacity
+    s.spec.splits.assign(a.send_counts, a.send_counts + c.impl->size());
+    s.spec.output_capacity = a.recv_counts[0];
+    s.capacity_given = true;
+  } else if (type == OpType::kReduceScatter) {
+    s.spec.shape = {static_cast<int64_t>(a.count) * c.impl->size()};
+  } else if (a.recv_counts != nullptr) {  // allgatherv: recv holds the counts' sum
     const int size = c.impl->world().size;
     uint64_t total = 0;
     for (int r = 0; r < size; ++r) {
@@ -293,7 +311,14 @@ hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
   const Clock::time_point deadline = entry + c.limit();
   const hvd::Status done =
       completion->wait(std::max(Clock::duration::zero(), deadline - Clock::now()));
-  if (completion->done()) return done;
+  if (completion->done()) {
+    if (done.ok() && received != nullptr) {
+      std::vector<int64_t> splits;
+      HVD_RETURN_IF_ERROR(completion->received_splits(&splits));
+      for (size_t r = 0; r < splits.size(); ++r) received[r] = static_cast<uint64_t>(splits[r]);
+    }
+    return done;
+  }
   // Some rank never made this call, or the backend is stuck: abort, so that the scheduler lets
   // go of the buffers before this call returns, and every rank learns.
   const hvd::Status why = hvd::error(
@@ -328,7 +353,8 @@ std::string call_text(const ArgsRecord& r) {
   std::string text = hvd::core::op_type_name(static_cast<OpType>(r.type));
   for (char& ch : text) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   text += " of " + std::to_string(r.count) + " " + hvd_dtype_name(static_cast<hvd_dtype>(r.dtype));
-  if (r.type == static_cast<int32_t>(OpType::kAllreduce)) {
+  if (r.type == static_cast<int32_t>(OpType::kAllreduce) ||
+      r.type == static_cast<int32_t>(OpType::kReduceScatter)) {
     text += std::string(" (") + hvd_reduce_op_name(static_cast<hvd_reduce_op>(r.op)) + ")";
   }
   if (r.type == static_cast<int32_t>(OpType::kBroadcast))
@@ -346,11 +372,16 @@ hvd::Status check_args(CommState& c, int32_t type, const hvd_collective_args& a,
   record.type = type;
   record.dtype = a.dtype;
   record.count = a.count;
-  record.op = type == static_cast<int32_t>(OpType::kAllreduce) ? a.op : 0;
+  const bool reduces = type == static_cast<int32_t>(OpType::kAllreduce) ||
+                       type == static_cast<int32_t>(OpType::kReduceScatter);
+  record.op = reduces ? a.op : 0;
+  // An alltoall's counts are each rank's own (they are exchanged and checked next).
+  if (type == static_cast<int32_t>(OpType::kAlltoall)) record.count = 0;
   record.root = type == static_cast<int32_t>(OpType::kBroadcast) ? a.root : 0;
   record.memory = a.memory_type;
   const int size = c.impl->world().size;
-  if (a.recv_counts != nullptr) {  // FNV-1a of the counts: every rank passes the same array
+  if (a.recv_counts != nullptr && type == static_cast<int32_t>(OpType::kAllgather)) {
+    // FNV-1a of the counts: every rank passes the same array
     uint64_t hash = 1469598103934665603ull;
     for (int r = 0; r < size; ++r) hash = (hash ^ a.recv_counts[r]) * 1099511628211ull;
     record.counts_hash = hash == 0 ? 1 : hash;
@@ -397,6 +428,58 @@ hvd::Status check_args(CommState& c, int32_t type, const hvd_collective_args& a,
                           call_text(theirs) + ".");
   }
   return hvd::Status::success();
+}
+
+// The blocking alltoall's counts: every rank's send counts and recv capacity, gathered, so that
+// every rank derives its recv_counts and judges every rank's capacity alike. `mine` is this
+// rank's own check: a rank that failed it fails the call on every rank. Returns the size x size
+// matrix of send counts (row r: rank r's).
+hvd::Result<std::vector<uint64_t>> alltoall_counts(CommState& c, const hvd_collective_args& a,
+                                                   uint64_t capacity, const hvd::Status& mine) {
+  const size_t n = static_cast<size_t>(c.impl->size());
+  const size_t fields = n + 2;  // [status, capacity, send_counts...]
+  std::vector<uint64_t> record(fields, 0);
+  record[0] = static_cast<uint64_t>(mine.ok() ? HVD_SUCCESS : mine.code());
+  record[1] = capacity;
+  if (mine.ok()) std::copy(a.send_counts, a.send_counts + n, record.begin() + 2);
+  Communicator* carrier = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(c.scheduler_mutex);
+    HVD_ASSIGN_OR_RETURN(carrier, controller_locked(c, hvd::core::process_env()));
+  }
+  std::vector<uint64_t> all(fields * n);
+  HVD_RETURN_IF_ERROR(
+      carrier
+          ->allgather(carrier->control_args(record.data(), all.data(), fields * sizeof(uint64_t)))
+          .with_context("hvd_alltoall: exchanging the counts"));
+  const size_t rank = static_cast<size_t>(c.impl->rank());
+  for (size_t r = 0; r < n; ++r) {
+    const auto code = static_cast<hvd_status>(all[r * fields]);
+    if (code == HVD_SUCCESS) continue;
+    if (r == rank) return mine;
+    return hvd::error(hvd::core::known_error(code, HVD_ERR_REMOTE),
+                      "hvd_alltoall failed on rank " + std::to_string(r) + " (" +
+                          hvd_status_name(code) + ": its own arguments)");
+  }
+  std::vector<uint64_t> matrix(n * n);
+  for (size_t r = 0; r < n; ++r) {
+    std::copy_n(all.begin() + static_cast<ptrdiff_t>(r * fields + 2), n,
+                matrix.begin() + static_cast<ptrdiff_t>(r * n));
+  }
+  for (size_t d = 0; d < n; ++d) {
+    uint64_t receives = 0;
+    bool overflow = false;
+    for (size_t r = 0; r < n; ++r) {
+      overflow |= __builtin_add_overflow(receives, matrix[r * n + d], &receives);
+    }
+    const uint64_t holds = all[d * fields + 1];
+    if (!overflow && receives <= holds) continue;
+    return hvd::error(HVD_ERR_INVALID_ARGUMENT,
+                      "hvd_alltoall: rank " + std::to_string(d) + " receives " +
+                          (overflow ? std::string("more than 2^64") : std::to_string(receives)) +
+                          " elements, but its recv_capacity is " + std::to_string(holds));
+  }
+  return matrix;
 }
 
 // Until it goes, no backend call of the blocking hvd_* call it serves runs past that call's limit.
@@ -643,6 +726,65 @@ hvd_status hvd_barrier(hvd_comm* comm) {
   });
 }
 
+hvd_status hvd_reduce_scatter(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                              hvd_dtype dtype, hvd_reduce_op op, const hvd_placement* placement) {
+  return guarded([&] {
+    HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
+                         make_args(sendbuf, recvbuf, count, dtype, placement));
+    args.op = op;
+    return collective(
+        comm, "hvd_reduce_scatter", OpType::kReduceScatter, args,
+        [&](Communicator& c) { return c.check_reduce_scatter(args); },
+        [&](Communicator& c) { return c.reduce_scatter(args); });
+  });
+}
+
+hvd_status hvd_alltoall(hvd_comm* comm, const void* sendbuf, const uint64_t* send_counts,
+                        void* recvbuf, uint64_t recv_capacity, uint64_t* recv_counts,
+                        hvd_dtype dtype, const hvd_placement* placement) {
+  return guarded([&]() -> hvd::Status {
+    const Clock::time_point entry = Clock::now();
+    HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
+    HVD_RETURN_IF_ERROR(usable(*c));
+    if (send_counts == nullptr) {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "hvd_alltoall: send_counts is NULL");
+    }
+    const int size = c->impl->size();
+    HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
+                         make_args(sendbuf, recvbuf, 0, dtype, placement));
+    args.send_counts = send_counts;
+    for (int r = 0; r < size; ++r) {
+      if (__builtin_add_overflow(args.count, send_counts[r], &args.count)) {
+        return hvd::error(HVD_ERR_INVALID_ARGUMENT, "hvd_alltoall: send_counts overflow");
+      }
+    }
+    std::vector<uint64_t> received(static_cast<size_t>(size));
+    if (c->scheduled.load(std::memory_order_acquire)) {
+      args.recv_counts = &recv_capacity;
+      HVD_RETURN_IF_ERROR(
+          through_scheduler(*c, "hvd_alltoall", OpType::kAlltoall, args, entry, received.data()));
+    } else {
+      const Bounded bounded(*c->impl, entry + c->limit(), "hvd_alltoall");
+      const hvd::Status mine = c->impl->check_alltoall_send(args);
+      if (c->check_args) {
+        HVD_RETURN_IF_ERROR(
+            check_args(*c, static_cast<int32_t>(OpType::kAlltoall), args, hvd::Status::success()));
+      }
+      HVD_ASSIGN_OR_RETURN(const std::vector<uint64_t> matrix,
+                           alltoall_counts(*c, args, recv_capacity, mine));
+      for (int r = 0; r < size; ++r) {
+        received[static_cast<size_t>(r)] =
+            matrix[static_cast<size_t>(r) * static_cast<size_t>(size) +
+                   static_cast<size_t>(c->impl->rank())];
+      }
+      args.recv_counts = received.data();
+      HVD_RETURN_IF_ERROR(c->impl->alltoall(args, matrix.data()));
+    }
+    if (recv_counts != nullptr) std::copy(received.begin(), received.end(), recv_counts);
+    return hvd::Status::success();
+  });
+}
+
 hvd_status hvd_allreduce_async(hvd_comm* comm, const char* name, const void* sendbuf, void* recvbuf,
                                hvd_dtype dtype, int32_t ndim, const int64_t* shape,
                                hvd_reduce_op op, double prescale, double postscale,
@@ -674,6 +816,33 @@ hvd_status hvd_broadcast_async(hvd_comm* comm, const char* name, const void* sen
     hvd_tensor t =
         tensor_of(HVD_COLLECTIVE_BROADCAST, name, sendbuf, recvbuf, dtype, ndim, shape, placement);
     t.root = root;
+    return enqueue(comm, &t, 1, request);
+  });
+}
+
+hvd_status hvd_reduce_scatter_async(hvd_comm* comm, const char* name, const void* sendbuf,
+                                    void* recvbuf, hvd_dtype dtype, int32_t ndim,
+                                    const int64_t* shape, hvd_reduce_op op, double prescale,
+                                    double postscale, const hvd_placement* placement,
+                                    hvd_request** request) {
+  return guarded([&] {
+    hvd_tensor t = tensor_of(HVD_COLLECTIVE_REDUCE_SCATTER, name, sendbuf, recvbuf, dtype, ndim,
+                             shape, placement);
+    t.op = op;
+    t.prescale = prescale;
+    t.postscale = postscale;
+    return enqueue(comm, &t, 1, request);
+  });
+}
+
+hvd_status hvd_alltoall_async(hvd_comm* comm, const char* name, const void* sendbuf, void* recvbuf,
+                              hvd_dtype dtype, int32_t ndim, const int64_t* shape,
+                              const int64_t* splits, const hvd_placement* placement,
+                              hvd_request** request) {
+  return guarded([&] {
+    hvd_tensor t =
+        tensor_of(HVD_COLLECTIVE_ALLTOALL, name, sendbuf, recvbuf, dtype, ndim, shape, placement);
+    t.splits = splits;
     return enqueue(comm, &t, 1, request);
   });
 }
@@ -715,6 +884,20 @@ hvd_status hvd_request_output(hvd_request* request, void** data, int64_t* first_
   });
 }
 
+hvd_status hvd_request_received_splits(hvd_request* request, int64_t* splits) {
+  return guarded([&] {
+    if (request == nullptr || splits == nullptr) {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request or splits is NULL");
+    }
+    const auto completion = completion_of(request);
+    if (!completion) return unknown_request();
+    std::vector<int64_t> received;
+    HVD_RETURN_IF_ERROR(completion->received_splits(&received));
+    std::copy(received.begin(), received.end(), splits);
+    return hvd::Status::success();
+  });
+}
+
 void hvd_request_free(hvd_request* request) {
   // An unknown handle is ignored: there is no status to report it with.
   if (request != nullptr) (void)requests().remove(reinterpret_cast<uintptr_t>(request));
@@ -740,27 +923,6 @@ hvd_status hvd_scheduler_stats_get(hvd_comm* comm, hvd_scheduler_stats* stats) {
   });
 }
 
-hvd_status hvd_reduce_scatter(hvd_comm*, const void*, void*, uint64_t, hvd_dtype, hvd_reduce_op,
-                              const hvd_placement*) {
-  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "hvd_reduce_scatter: not yet"); });
-}
-hvd_status hvd_alltoall(hvd_comm*, const void*, const uint64_t*, void*, uint64_t, uint64_t*,
-                        hvd_dtype, const hvd_placement*) {
-  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "hvd_alltoall: not yet"); });
-}
-hvd_status hvd_reduce_scatter_async(hvd_comm*, const char*, const void*, void*, hvd_dtype, int32_t,
-                                    const int64_t*, hvd_reduce_op, double, double,
-                                    const hvd_placement*, hvd_request**) {
-  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "not yet"); });
-}
-hvd_status hvd_alltoall_async(hvd_comm*, const char*, const void*, void*, hvd_dtype, int32_t,
-                              const int64_t*, const int64_t*, const hvd_placement*,
-                              hvd_request**) {
-  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "not yet"); });
-}
-hvd_status hvd_request_received_splits(hvd_request*, int64_t*) {
-  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "not yet"); });
-}
 hvd_status hvd_comm_split(hvd_comm*, int, int, hvd_comm**) {
   return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "not yet"); });
 }

@@ -38,6 +38,18 @@ class Collectives {
   virtual Status allreduce(const hvd_collective_args& args) = 0;
   virtual Status allgather(const hvd_collective_args& args) = 0;
   virtual Status broadcast(const hvd_collective_args& args) = 0;
+  // args.count elements per rank: sendbuf holds count * size() (hvd_reduce_scatter).
+  virtual Status reduce_scatter(const hvd_collective_args& args) {
+    (void)args;
+    return error(HVD_ERR_UNSUPPORTED, "reduce_scatter is not implemented here");
+  }
+  // args.send_counts and args.recv_counts set (backend.h); `matrix` holds every rank's send
+  // counts, size() x size(), row r = rank r's (what a backend without alltoall needs).
+  virtual Status alltoall(const hvd_collective_args& args, const uint64_t* matrix) {
+    (void)args;
+    (void)matrix;
+    return error(HVD_ERR_UNSUPPORTED, "alltoall is not implemented here");
+  }
 
   // The error that broke this communicator (a backend failure or timeout, an abort), or success
   // while it is usable. Once broken, every collective fails with that error.

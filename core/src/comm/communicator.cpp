@@ -422,8 +422,9 @@ void Communicator::bound_calls_until(std::optional<Clock::time_point> deadline,
 
 namespace {
 
-hvd_status invoke(const hvd_backend_v1* table, hvd_backend_comm* backend, int entry,
+hvd_status invoke(const Plugin& plugin, hvd_backend_comm* backend, int entry,
                   const hvd_collective_args* args) {
+  const hvd_backend_v1* table = plugin.table;
   switch (entry) {
     case 0:
       return table->allreduce(backend, args);
@@ -431,9 +432,19 @@ hvd_status invoke(const hvd_backend_v1* table, hvd_backend_comm* backend, int en
       return table->allgather(backend, args);
     case 2:
       return table->broadcast(backend, args);
+    case 4:
+      return table->reduce_scatter(backend, args);
+    case 5:
+      return plugin.alltoall(backend, args);
     default:
       return table->barrier(backend);
   }
+}
+
+uint64_t sum(const uint64_t* counts, int n) {
+  uint64_t total = 0;
+  for (int r = 0; r < n; ++r) total += counts[r];
+  return total;
 }
 
 }  // namespace
@@ -494,7 +505,7 @@ Status Communicator::call(Entry entry, const char* what, const hvd_collective_ar
     overran_ = false;
   }
   begin_backend_call();
-  const hvd_status code = invoke(plugin_.table, backend_, static_cast<int>(entry), args);
+  const hvd_status code = invoke(plugin_, backend_, static_cast<int>(entry), args);
   bool overran = false;
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
@@ -542,7 +553,7 @@ Status Communicator::run_on_runner(Entry entry, const char* what, const hvd_coll
   // caller's buffers.)
   struct Call {
     hvd_collective_args args{};
-    std::vector<uint64_t> counts;
+    std::vector<uint64_t> counts, send_counts;
     std::vector<char> send, recv;
   };
   auto owned = std::make_shared<Call>();
@@ -553,27 +564,36 @@ Status Communicator::run_on_runner(Entry entry, const char* what, const hvd_coll
       owned->counts.assign(args->recv_counts, args->recv_counts + world_.size);
       owned->args.recv_counts = owned->counts.data();
     }
+    if (entry == Entry::kAlltoall) {
+      owned->send_counts.assign(args->send_counts, args->send_counts + world_.size);
+      owned->args.send_counts = owned->send_counts.data();
+    }
     if (args->memory_type == HVD_MEMORY_HOST) {
       const size_t element = hvd_dtype_size(args->dtype);
-      uint64_t mine = 0;  // where this rank's part of an allgather's output starts (elements)
+      const uint64_t n = static_cast<uint64_t>(world_.size);
+      uint64_t mine = 0;  // where this rank's input lies in the output when in place (elements)
       uint64_t total = args->count;
+      uint64_t sent = args->count;
       if (entry == Entry::kAllgather) {
         mine = static_cast<uint64_t>(world_.rank) * args->count;
-        total = static_cast<uint64_t>(world_.size) * args->count;
+        total = n * args->count;
         if (args->recv_counts != nullptr) {
-          mine = total = 0;
-          for (int r = 0; r < world_.size; ++r) {
-            if (r < world_.rank) mine += args->recv_counts[r];
-            total += args->recv_counts[r];
-          }
+          mine = sum(args->recv_counts, world_.rank);
+          total = sum(args->recv_counts, world_.size);
         }
+      } else if (entry == Entry::kReduceScatter) {
+        sent = n * args->count;
+      } else if (entry == Entry::kAlltoall) {
+        total = sum(args->recv_counts, world_.size);
       }
       recv_bytes = total * element;
-      const uint64_t send_bytes = args->count * element;
+      const uint64_t send_bytes = sent * element;
       const char* user_recv = static_cast<const char*>(args->recvbuf);
-      const bool in_place = args->sendbuf == user_recv + mine * element;
+      const bool in_place =
+          entry != Entry::kAlltoall && args->sendbuf == user_recv + mine * element;
       const bool sends = entry != Entry::kBroadcast || args->root == world_.rank;
-      owned->recv.resize(std::max<uint64_t>(recv_bytes, 1));
+      owned->recv.resize(
+          std::max<uint64_t>({recv_bytes, in_place ? mine * element + send_bytes : 0, 1}));
       owned->args.recvbuf = owned->recv.data();
       if (in_place) {
         if (sends && send_bytes > 0) {
@@ -589,13 +609,13 @@ Status Communicator::run_on_runner(Entry entry, const char* what, const hvd_coll
       }
     }
   }
-  const hvd_backend_v1* table = plugin_.table;
   hvd_backend_comm* backend = backend_;
   const std::optional<Runner::Outcome> outcome = runner_.run(
-      [table, backend, owned, entry = static_cast<int>(entry), has_args = args != nullptr] {
+      [plugin = plugin_, backend, owned, entry = static_cast<int>(entry),
+       has_args = args != nullptr] {
         begin_backend_call();
         return Runner::Outcome::of(
-            invoke(table, backend, entry, has_args ? &owned->args : nullptr));
+            invoke(plugin, backend, entry, has_args ? &owned->args : nullptr));
       },
       deadline);
   if (!outcome) {
@@ -609,8 +629,9 @@ Status Communicator::run_on_runner(Entry entry, const char* what, const hvd_coll
   return Status::success();
 }
 
-Status Communicator::validate(const char* what, const hvd_collective_args& a, bool uses_op,
-                              bool uses_root) const {
+Status Communicator::validate(Entry entry, const char* what, const hvd_collective_args& a) const {
+  const bool uses_op = entry == Entry::kAllreduce || entry == Entry::kReduceScatter;
+  const bool uses_root = entry == Entry::kBroadcast;
   auto invalid = [&](const std::string& why) {
     return error(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": " + why);
   };
@@ -628,7 +649,7 @@ Status Communicator::validate(const char* what, const hvd_collective_args& a, bo
   if (__builtin_mul_overflow(a.count, element * static_cast<uint64_t>(world_.size), &total_bytes)) {
     return invalid("count " + std::to_string(a.count) + " overflows the buffer size");
   }
-  if (a.recv_counts != nullptr) {
+  if (a.recv_counts != nullptr && entry == Entry::kAllgather) {
     if ((plugin_.capabilities & HVD_CAP_ALLGATHERV) == 0 && a.memory_type != HVD_MEMORY_HOST &&
         !stages(a.memory_type)) {
       return error(HVD_ERR_UNSUPPORTED,
@@ -650,7 +671,22 @@ Status Communicator::validate(const char* what, const hvd_collective_args& a, bo
     }
   }
   const bool needs_send = !uses_root || a.root == world_.rank;
-  if (a.count > 0 && (a.recvbuf == nullptr || (needs_send && a.sendbuf == nullptr))) {
+  if (entry == Entry::kAlltoall) {
+    if (a.send_counts == nullptr) return invalid("send_counts is NULL");
+    uint64_t sent = 0;
+    for (int r = 0; r < world_.size; ++r) {
+      if (a.send_counts[r] > UINT64_MAX / element - sent) {
+        return invalid("send_counts overflow the buffer size");
+      }
+      sent += a.send_counts[r];
+    }
+    if (sent != a.count) {
+      return invalid("send_counts sum to " + std::to_string(sent) + ", not count " +
+                     std::to_string(a.count));
+    }
+    if (sent > 0 && a.sendbuf == nullptr) return invalid("sendbuf is NULL");
+    if (sent > 0 && a.sendbuf == a.recvbuf) return invalid("alltoall cannot run in place");
+  } else if (a.count > 0 && (a.recvbuf == nullptr || (needs_send && a.sendbuf == nullptr))) {
     return invalid("buffer is NULL for " + std::to_string(a.count) + " elements");
   }
   const bool cuda = a.memory_type == HVD_MEMORY_CUDA;
@@ -711,7 +747,7 @@ Status Communicator::staged(const char* what, const hvd_collective_args& a, uint
 }
 
 Status Communicator::allreduce(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(validate("allreduce", args, /*uses_op=*/true, /*uses_root=*/false));
+  HVD_RETURN_IF_ERROR(validate(Entry::kAllreduce, "allreduce", args));
   if (stages(args.memory_type)) {
     const uint64_t bytes = args.count * hvd_dtype_size(args.dtype);
     return staged("allreduce", args, 0, bytes, bytes,
@@ -721,7 +757,7 @@ Status Communicator::allreduce(const hvd_collective_args& args) {
 }
 
 Status Communicator::allgather(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(validate("allgather", args, /*uses_op=*/false, /*uses_root=*/false));
+  HVD_RETURN_IF_ERROR(validate(Entry::kAllgather, "allgather", args));
   if (stages(args.memory_type)) {
     const size_t element = hvd_dtype_size(args.dtype);
     uint64_t before = static_cast<uint64_t>(world_.rank) * args.count;  // this rank's offset
@@ -762,7 +798,7 @@ Status Communicator::allgather(const hvd_collective_args& args) {
 }
 
 Status Communicator::broadcast(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(validate("broadcast", args, /*uses_op=*/false, /*uses_root=*/true));
+  HVD_RETURN_IF_ERROR(validate(Entry::kBroadcast, "broadcast", args));
   if (stages(args.memory_type)) {
     const uint64_t bytes = args.count * hvd_dtype_size(args.dtype);
     return staged("broadcast", args, 0, args.root == world_.rank ? bytes : 0, bytes,
@@ -770,6 +806,87 @@ Status Communicator::broadcast(const hvd_collective_args& args) {
   }
   const hvd_collective_args a = without_reduction(args);
   return call(Entry::kBroadcast, "broadcast", &a);
+}
+
+Status Communicator::reduce_scatter(const hvd_collective_args& args) {
+  HVD_RETURN_IF_ERROR(validate(Entry::kReduceScatter, "reduce_scatter", args));
+  const size_t element = hvd_dtype_size(args.dtype);
+  const uint64_t block = args.count * element;
+  const uint64_t all = block * static_cast<uint64_t>(world_.size);
+  if (stages(args.memory_type)) {
+    return staged("reduce_scatter", args, 0, all, block,
+                  [&](const hvd_collective_args& host) { return reduce_scatter(host); });
+  }
+  if ((plugin_.capabilities & HVD_CAP_REDUCE_SCATTER) != 0) {
+    return call(Entry::kReduceScatter, "reduce_scatter", &args);
+  }
+  if (args.memory_type != HVD_MEMORY_HOST) {
+    return error(HVD_ERR_UNSUPPORTED, "reduce_scatter: backend '" + plugin_.name +
+                                          "' has no reduce_scatter for device memory");
+  }
+  // Without the plugin's: the whole reduction, of which this rank keeps its block.
+  if (scratch_.size() < all) scratch_.resize(all);
+  hvd_collective_args whole = args;
+  whole.recvbuf = scratch_.data();
+  whole.count = args.count * static_cast<uint64_t>(world_.size);
+  HVD_RETURN_IF_ERROR(call(Entry::kAllreduce, "reduce_scatter (as allreduce)", &whole));
+  if (block > 0) {
+    std::memcpy(args.recvbuf, scratch_.data() + static_cast<uint64_t>(world_.rank) * block, block);
+  }
+  return Status::success();
+}
+
+Status Communicator::alltoall(const hvd_collective_args& args, const uint64_t* matrix) {
+  HVD_RETURN_IF_ERROR(validate(Entry::kAlltoall, "alltoall", args));
+  const size_t element = hvd_dtype_size(args.dtype);
+  const int n = world_.size;
+  if (args.recv_counts == nullptr) return error(HVD_ERR_INTERNAL, "alltoall: recv_counts unset");
+  uint64_t received = 0;
+  for (int r = 0; r < n; ++r) {
+    if (args.recv_counts[r] > UINT64_MAX / element - received) {
+      return error(HVD_ERR_INVALID_ARGUMENT, "alltoall: recv_counts overflow the buffer size");
+    }
+    received += args.recv_counts[r];
+  }
+  if (received > 0 && args.recvbuf == nullptr) {
+    return error(HVD_ERR_INVALID_ARGUMENT,
+                 "alltoall: recvbuf is NULL for " + std::to_string(received) + " elements");
+  }
+  if (stages(args.memory_type)) {
+    // Input after the output in the staging buffer: alltoall is never in place.
+    return staged("alltoall", args, received * element, args.count * element, received * element,
+                  [&](const hvd_collective_args& host) { return alltoall(host, matrix); });
+  }
+  if (plugin_.alltoall != nullptr) {
+    const hvd_collective_args a = without_reduction(args);
+    return call(Entry::kAlltoall, "alltoall", &a);
+  }
+  if (args.memory_type != HVD_MEMORY_HOST) {
+    return error(HVD_ERR_UNSUPPORTED,
+                 "alltoall: backend '" + plugin_.name + "' has no alltoall for device memory");
+  }
+  if (matrix == nullptr) return error(HVD_ERR_INTERNAL, "alltoall: no count matrix");
+  // Without the plugin's: each rank broadcasts all it sends, and every rank keeps its part.
+  char* out = static_cast<char*>(args.recvbuf);
+  for (int root = 0; root < n; ++root) {
+    const uint64_t* row = matrix + static_cast<size_t>(root) * static_cast<size_t>(n);
+    const uint64_t total = sum(row, n);
+    const uint64_t before = sum(row, world_.rank);  // what root sends the ranks before this one
+    if (total > 0) {
+      if (scratch_.size() < total * element) scratch_.resize(total * element);
+      hvd_collective_args piece = without_reduction(args);
+      piece.sendbuf = root == world_.rank ? args.sendbuf : nullptr;
+      piece.recvbuf = scratch_.data();
+      piece.count = total;
+      piece.root = root;
+      piece.recv_counts = nullptr;
+      piece.send_counts = nullptr;
+      HVD_RETURN_IF_ERROR(call(Entry::kBroadcast, "alltoall (as broadcasts)", &piece));
+      std::memcpy(out, scratch_.data() + before * element, row[world_.rank] * element);
+    }
+    out += row[world_.rank] * element;
+  }
+  return Status::success();
 }
 
 hvd_collective_args Communicator::without_reduction(const hvd_collective_args& args) const {
@@ -788,13 +905,19 @@ hvd_collective_args Communicator::control_args(const void* send, void* recv, siz
 Status Communicator::barrier() { return call(Entry::kBarrier, "barrier", nullptr); }
 
 Status Communicator::check_allreduce(const hvd_collective_args& args) const {
-  return validate("allreduce", args, /*uses_op=*/true, /*uses_root=*/false);
+  return validate(Entry::kAllreduce, "allreduce", args);
 }
 Status Communicator::check_allgather(const hvd_collective_args& args) const {
-  return validate("allgather", args, /*uses_op=*/false, /*uses_root=*/false);
+  return validate(Entry::kAllgather, "allgather", args);
 }
 Status Communicator::check_broadcast(const hvd_collective_args& args) const {
-  return validate("broadcast", args, /*uses_op=*/false, /*uses_root=*/true);
+  return validate(Entry::kBroadcast, "broadcast", args);
+}
+Status Communicator::check_reduce_scatter(const hvd_collective_args& args) const {
+  return validate(Entry::kReduceScatter, "reduce_scatter", args);
+}
+Status Communicator::check_alltoall_send(const hvd_collective_args& args) const {
+  return validate(Entry::kAlltoall, "alltoall", args);
 }
 
 }  // namespace hvd::core

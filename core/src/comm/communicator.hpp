@@ -60,6 +60,10 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   Status allreduce(const hvd_collective_args& args) override;
   Status allgather(const hvd_collective_args& args) override;
   Status broadcast(const hvd_collective_args& args) override;
+  // The plugin's reduce_scatter, or an allreduce into a host buffer keeping this rank's block.
+  Status reduce_scatter(const hvd_collective_args& args) override;
+  // The plugin's alltoall, or one broadcast per rank of what it sends (host memory).
+  Status alltoall(const hvd_collective_args& args, const uint64_t* matrix) override;
   bool takes_cuda_memory() const override {
     return (plugin_.capabilities & HVD_CAP_CUDA_MEMORY) != 0;
   }
@@ -70,6 +74,9 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   Status check_allreduce(const hvd_collective_args& args) const;
   Status check_allgather(const hvd_collective_args& args) const;
   Status check_broadcast(const hvd_collective_args& args) const;
+  Status check_reduce_scatter(const hvd_collective_args& args) const;
+  // What alltoall checks before it knows recv_counts (they come from the peers).
+  Status check_alltoall_send(const hvd_collective_args& args) const;
 
   Status health() const override;
   void abort(const Status& why) override;
@@ -99,7 +106,7 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   // Make the backend's communicator over the world as it now stands, and release it.
   Status init_backend();
   Status finalize_backend();
-  enum class Entry { kAllreduce, kAllgather, kBroadcast, kBarrier };
+  enum class Entry { kAllreduce, kAllgather, kBroadcast, kBarrier, kReduceScatter, kAlltoall };
   // One bounded backend call (args NULL for a barrier).
   Status call(Entry entry, const char* what, const hvd_collective_args* args);
   // The same for a plugin without abort: on the runner, walked away from at the deadline.
@@ -125,8 +132,7 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   void leak_for_stuck_call();
   // `args` for a call that reduces nothing, with an op the plugin declared.
   hvd_collective_args without_reduction(const hvd_collective_args& args) const;
-  Status validate(const char* what, const hvd_collective_args& args, bool uses_op,
-                  bool uses_root) const;
+  Status validate(Entry entry, const char* what, const hvd_collective_args& args) const;
   // Runs `run` on `a` moved to host memory: this rank's input (`in_bytes` of a.sendbuf) is
   // copied to `in_offset` of the staging buffer, and the result (its first `out_bytes`) back to
   // a.recvbuf.
@@ -165,6 +171,7 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   Runner runner_;  // the calls of a plugin without abort, and finalize; stuck once walked away from
   std::optional<Status> finalized_;
   std::vector<char> staging_;  // grows, never shrinks
+  std::vector<char> scratch_;  // the fallbacks' host buffer (inside staging, when staged)
 };
 
 // A rendezvous for a job started by a launcher (mpirun) without HVD_RENDEZVOUS_ADDR, made

@@ -83,6 +83,10 @@ const char* op_type_name(OpType type) {
       return "ALLGATHER";
     case OpType::kBroadcast:
       return "BROADCAST";
+    case OpType::kReduceScatter:
+      return "REDUCESCATTER";
+    case OpType::kAlltoall:
+      return "ALLTOALL";
   }
   return "?";
 }
@@ -97,7 +101,7 @@ bool TensorSpec::operator==(const TensorSpec& o) const {
   return type == o.type && dtype == o.dtype && shape == o.shape && op == o.op && root == o.root &&
          memory == o.memory && device == o.device && prescale == o.prescale &&
          postscale == o.postscale && group == o.group && group_size == o.group_size &&
-         output_capacity == o.output_capacity;
+         output_capacity == o.output_capacity && splits == o.splits;
 }
 
 std::vector<char> serialize(const std::vector<Request>& requests) {
@@ -119,6 +123,8 @@ std::vector<char> serialize(const std::vector<Request>& requests) {
     w.put(s.group);
     w.put(s.group_size);
     w.put(s.output_capacity);
+    w.put(static_cast<uint32_t>(s.splits.size()));
+    for (int64_t d : s.splits) w.put(d);
     w.put_string(r.error);
     w.put(static_cast<int32_t>(r.error_code));
   }
@@ -132,8 +138,8 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
   if (!r.get(&count)) return corrupt();
   // The count comes from a peer: one the bytes cannot hold is refused before it sizes anything.
   // Every request takes at least its fixed fields (serialize(): name length, type, dtype, ndim,
-  // op, root, memory, device, prescale, postscale, group, group size, output capacity).
-  constexpr size_t kMinRequestBytes = 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 4 + 8;
+  // op, root, memory, device, prescale, postscale, group, group size, output capacity, splits).
+  constexpr size_t kMinRequestBytes = 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 4 + 8 + 4;
   if (count > (size - sizeof count) / kMinRequestBytes) return corrupt();
   std::vector<Request> out(count);
   for (Request& req : out) {
@@ -150,8 +156,14 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
     }
     if (!r.get(&op) || !r.get(&s.root) || !r.get(&memory) || !r.get(&s.device) ||
         !r.get(&s.prescale) || !r.get(&s.postscale) || !r.get(&s.group) || !r.get(&s.group_size) ||
-        !r.get(&s.output_capacity) || type > 2) {
+        !r.get(&s.output_capacity) || type >= kOpTypeCount) {
       return corrupt();
+    }
+    uint32_t nsplits = 0;
+    if (!r.get(&nsplits) || nsplits > 1u << 20) return corrupt();
+    s.splits.resize(nsplits);
+    for (int64_t& d : s.splits) {
+      if (!r.get(&d)) return corrupt();
     }
     int32_t error_code = 0;
     if (!r.get_string(&req.error) || !r.get(&error_code)) return corrupt();
@@ -187,20 +199,20 @@ std::string Negotiator::mismatch(const std::string& name, const TensorSpec& a,
            hvd_dtype_name(a.dtype) + ", but another rank sent a tensor of type " +
            hvd_dtype_name(b.dtype) + ".";
   }
-  // Allgather concatenates along the first dimension, in which the ranks may differ.
+  // Allgather concatenates along the first dimension, in which the ranks may differ; alltoall
+  // exchanges rows of it.
+  const bool rows_differ = a.type == OpType::kAllgather || a.type == OpType::kAlltoall;
   const bool shapes_differ =
-      a.type == OpType::kAllgather
-          ? a.shape.size() != b.shape.size() ||
-                !std::equal(a.shape.begin() + (a.shape.empty() ? 0 : 1), a.shape.end(),
-                            b.shape.begin() + (b.shape.empty() ? 0 : 1))
-          : a.shape != b.shape;
+      rows_differ ? a.shape.size() != b.shape.size() ||
+                        !std::equal(a.shape.begin() + (a.shape.empty() ? 0 : 1), a.shape.end(),
+                                    b.shape.begin() + (b.shape.empty() ? 0 : 1))
+                  : a.shape != b.shape;
   if (shapes_differ) {
     return "Mismatched " + op + " tensor shapes" + tensor + "One rank sent a tensor of shape " +
            shape_text(a.shape) + ", but another rank sent a tensor of shape " +
-           shape_text(b.shape) +
-           (a.type == OpType::kAllgather ? " (only the first dimension may differ)." : ".");
+           shape_text(b.shape) + (rows_differ ? " (only the first dimension may differ)." : ".");
   }
-  if (a.type == OpType::kAllreduce && a.op != b.op) {
+  if ((a.type == OpType::kAllreduce || a.type == OpType::kReduceScatter) && a.op != b.op) {
     return "Mismatched " + op + " reduce ops" + tensor + "One rank sent op " +
            hvd_reduce_op_name(a.op) + ", but another rank sent op " + hvd_reduce_op_name(b.op) +
            ".";
@@ -270,6 +282,10 @@ std::optional<Response> Negotiator::add(int rank, const Request& request, Clock:
   if (response.error.empty() && response.spec.type == OpType::kAllgather) {
     response.error = first_dims_of(request.name, partial.by_rank, &response.first_dims);
   }
+  if (response.error.empty() && response.spec.type == OpType::kAlltoall) {
+    response.error = splits_of(request.name, partial.by_rank, &response.first_dims);
+    if (!response.error.empty()) response.error_code = HVD_ERR_INVALID_ARGUMENT;
+  }
   table_.erase(it);
   return response;
 }
@@ -303,6 +319,41 @@ std::string Negotiator::first_dims_of(const std::string& name,
            "'s output buffer holds " + std::to_string(holds) +
            " (an allgather's recvbuf is sized for equal shapes; pass recvbuf NULL and hvd "
            "allocates the output once the sizes are known).";
+  }
+  return "";
+}
+
+std::string Negotiator::splits_of(const std::string& name,
+                                  const std::vector<std::optional<TensorSpec>>& by_rank,
+                                  FirstDims* matrix) {
+  const size_t n = by_rank.size();
+  const Shape& shape = by_rank[0]->shape;
+  uint64_t row = 1;  // elements per row (the same on every rank)
+  for (size_t i = 1; i < shape.size(); ++i) row *= static_cast<uint64_t>(shape[i]);
+  matrix->clear();
+  matrix->reserve(n * n);
+  for (const auto& spec : by_rank) {
+    // Each rank checked its own splits (n of them, summing to its first dimension).
+    if (spec->splits.size() != n) {
+      return "Mismatched ALLTOALL splits for tensor '" + name + "': a rank sent " +
+             std::to_string(spec->splits.size()) + " splits to " + std::to_string(n) + " ranks.";
+    }
+    matrix->insert(matrix->end(), spec->splits.begin(), spec->splits.end());
+  }
+  for (size_t r = 0; r < n; ++r) {
+    uint64_t rows = 0;
+    bool overflow = false;
+    for (size_t s = 0; s < n; ++s) {
+      overflow |= __builtin_add_overflow(rows, static_cast<uint64_t>((*matrix)[s * n + r]), &rows);
+    }
+    uint64_t total = 0;
+    overflow |= __builtin_mul_overflow(rows, row, &total) || total > (UINT64_MAX >> 8);
+    const uint64_t holds = by_rank[r]->output_capacity;
+    if (!overflow && (holds == TensorSpec::kAllocated || holds >= total)) continue;
+    std::string why = "ALLTOALL for tensor '" + name + "': rank " + std::to_string(r) + " ";
+    if (overflow) return why + "would receive too many elements.";
+    return why + "receives " + std::to_string(total) + " elements, but its output buffer holds " +
+           std::to_string(holds) + " (pass recvbuf NULL and hvd allocates the output).";
   }
   return "";
 }

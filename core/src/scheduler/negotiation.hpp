@@ -23,7 +23,15 @@
 
 namespace hvd::core {
 
-enum class OpType : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2 };
+// The values of hvd_collective.
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kReduceScatter = 3,
+  kAlltoall = 4
+};
+constexpr uint8_t kOpTypeCount = 5;
 const char* op_type_name(OpType type);  // "ALLREDUCE", as Horovod's messages say
 
 // A tensor's dimensions, held inline up to 6 (a submission then allocates nothing for its shape).
@@ -34,7 +42,7 @@ struct TensorSpec {
   OpType type = OpType::kAllreduce;
   hvd_dtype dtype = HVD_FLOAT32;
   Shape shape;
-  hvd_reduce_op op = HVD_SUM;  // allreduce
+  hvd_reduce_op op = HVD_SUM;  // allreduce, reduce-scatter
   int32_t root = 0;            // broadcast
   hvd_memory_type memory = HVD_MEMORY_HOST;
   int32_t device = -1;
@@ -47,6 +55,9 @@ struct TensorSpec {
   // rank must be able to take the result, or none runs it.
   uint64_t output_capacity = 0;
   static constexpr uint64_t kAllocated = UINT64_MAX;
+  // Alltoall: the rows this rank sends each rank (as many as ranks, summing to shape[0]); the
+  // ranks may differ in them as in the first dimension.
+  Shape splits;
 
   uint64_t elements() const;
   bool operator==(const TensorSpec& other) const;
@@ -66,8 +77,9 @@ struct Request {
 std::vector<char> serialize(const std::vector<Request>& requests);
 Result<std::vector<Request>> deserialize(const char* data, size_t size);
 
-// Each rank's first dimension of an allgathered tensor, in rank order (ranks may differ in it,
-// as in Horovod); empty for the other collectives.
+// What the ranks' tensors look like where they may differ: an allgather's first dimension of
+// each rank, in rank order; an alltoall's splits of every rank, size x size, row r = rank r's
+// (so column r is what rank r receives); empty for the other collectives.
 using FirstDims = std::vector<int64_t>;
 
 // A verdict on one tensor: run it (error empty) or fail it with `error` on every rank. `spec` is
@@ -137,6 +149,10 @@ class Negotiator {
   static std::string first_dims_of(const std::string& name,
                                    const std::vector<std::optional<TensorSpec>>& by_rank,
                                    FirstDims* first_dims);
+  // An alltoall's splits of every rank, or why the ranks cannot exchange them.
+  static std::string splits_of(const std::string& name,
+                               const std::vector<std::optional<TensorSpec>>& by_rank,
+                               FirstDims* matrix);
   std::optional<Response> add(int rank, const Request& request, Clock::time_point now);
   void cache_insert(const Response& response);
   void cache_erase(const std::string& name);

@@ -156,14 +156,27 @@ void Completion::set_output(std::unique_ptr<char[]> data, int64_t first_dim) {
   output_first_dim_ = first_dim;
 }
 
+void Completion::set_received_splits(std::vector<int64_t> splits) {
+  received_splits_ = std::move(splits);
+}
+
+Status Completion::received_splits(std::vector<int64_t>* splits) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!done_) return error(HVD_ERR_STATE, "the operation has not completed yet");
+  if (!status_.ok()) return status_;
+  if (!received_splits_) return error(HVD_ERR_STATE, "this operation is not an alltoall");
+  *splits = *received_splits_;
+  return Status::success();
+}
+
 Status Completion::output(void** data, int64_t* first_dim) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!done_) return error(HVD_ERR_STATE, "the operation has not completed yet");
   if (!status_.ok()) return status_;
   if (output_first_dim_ < 0) {
     return error(HVD_ERR_STATE,
-                 "this operation has no output allocated by hvd (only an allgather submitted "
-                 "with recvbuf NULL has one)");
+                 "this operation has no output allocated by hvd (only an allgather or an "
+                 "alltoall submitted with recvbuf NULL has one)");
   }
   *data = output_.get();
   *first_dim = output_first_dim_;
@@ -234,7 +247,8 @@ Status Scheduler::prepare(Submission& s) const {
   TensorSpec& spec = s.spec;
   if (hvd_dtype_size(spec.dtype) == 0)
     return invalid("dtype " + std::to_string(spec.dtype) + " is not an hvd_dtype");
-  if (spec.type == OpType::kAllreduce && (spec.op < 0 || spec.op >= HVD_REDUCE_OP_COUNT)) {
+  const bool reduces = spec.type == OpType::kAllreduce || spec.type == OpType::kReduceScatter;
+  if (reduces && (spec.op < 0 || spec.op >= HVD_REDUCE_OP_COUNT)) {
     return invalid("reduce op " + std::to_string(spec.op) + " is not an hvd_reduce_op");
   }
   if (spec.type == OpType::kBroadcast && (spec.root < 0 || spec.root >= control_.size())) {
@@ -250,10 +264,52 @@ Status Scheduler::prepare(Submission& s) const {
     elements *= static_cast<uint64_t>(d);
   }
   const bool sends = spec.type != OpType::kBroadcast || spec.root == control_.rank();
-  // An allgather without a recv buffer gets one from hvd, of the gathered size (host memory).
-  const bool allocated =
-      spec.type == OpType::kAllgather && s.recv == nullptr && spec.memory == HVD_MEMORY_HOST;
-  if (elements > 0 && ((s.recv == nullptr && !allocated) || (sends && s.send == nullptr))) {
+  // An allgather or alltoall without a recv buffer gets one from hvd, of the size that arrives
+  // (host memory).
+  const bool gathers = spec.type == OpType::kAllgather || spec.type == OpType::kAlltoall;
+  const bool allocated = gathers && s.recv == nullptr && spec.memory == HVD_MEMORY_HOST;
+  const int size = control_.size();
+  const int64_t rows = spec.shape.empty() ? 1 : spec.shape[0];
+  uint64_t receives = elements;  // what recv holds (a reduce-scatter's: this rank's rows)
+  if (spec.type == OpType::kReduceScatter) {
+    if (spec.shape.empty()) return invalid("a reduce-scatter needs at least one dimension");
+    const uint64_t row = rows == 0 ? 0 : elements / static_cast<uint64_t>(rows);
+    const int64_t mine = rows / size + (control_.rank() < rows % size ? 1 : 0);
+    receives = static_cast<uint64_t>(mine) * row;
+    if (spec.memory != HVD_MEMORY_HOST &&
+        (rows % size != 0 || spec.prescale != 1 || spec.postscale != 1)) {
+      return invalid(
+          "a reduce-scatter of CUDA memory needs a first dimension that divides by the ranks "
+          "and no scale factors (not supported yet)");
+    }
+  }
+  if (spec.type == OpType::kAlltoall) {
+    if (spec.splits.empty()) {
+      if (rows % size != 0) {
+        return invalid("first dimension " + std::to_string(rows) + " does not divide by the " +
+                       std::to_string(size) + " ranks: pass splits");
+      }
+      spec.splits.assign(static_cast<size_t>(size), rows / size);
+    } else {
+      if (spec.splits.size() != static_cast<size_t>(size)) {
+        return invalid(std::to_string(spec.splits.size()) + " splits for " + std::to_string(size) +
+                       " ranks");
+      }
+      int64_t total = 0;
+      for (int64_t split : spec.splits) {
+        if (split < 0) return invalid("a negative split");
+        total += split;  // each at most rows (checked below), so no overflow
+        if (total > rows) break;
+      }
+      if (total != rows) {
+        return invalid("splits sum to " + std::to_string(total) + ", not the first dimension " +
+                       std::to_string(rows));
+      }
+    }
+    receives = 0;  // unknown before negotiation: recv may be NULL when nothing arrives
+  }
+  if ((receives > 0 && s.recv == nullptr && !allocated) ||
+      (elements > 0 && sends && s.send == nullptr)) {
     return invalid("buffer is NULL for " + std::to_string(elements) + " elements");
   }
   if (spec.memory != HVD_MEMORY_HOST && spec.memory != HVD_MEMORY_CUDA) {
@@ -267,10 +323,15 @@ Status Scheduler::prepare(Submission& s) const {
       spec.output_capacity = elements * static_cast<uint64_t>(control_.size());
     }
   }
+  // An alltoall's recv buffer holds what the caller said (hvd_alltoall), else as much as this
+  // rank sends.
+  if (spec.type == OpType::kAlltoall && !s.capacity_given) {
+    spec.output_capacity = allocated ? TensorSpec::kAllocated : elements;
+  }
   for (double factor : {spec.prescale, spec.postscale}) {
     if (!std::isfinite(factor)) return invalid("a scale factor is not finite");
-    if (factor != 1 && spec.type != OpType::kAllreduce)
-      return invalid("scale factors apply to allreduce only");
+    if (factor != 1 && !reduces)
+      return invalid("scale factors apply to allreduce and reduce-scatter only");
     if (factor != 1 && !is_float(spec.dtype)) {
       return invalid(std::string("scale factors need a floating-point dtype, not ") +
                      hvd_dtype_name(spec.dtype));
@@ -519,7 +580,7 @@ Status Scheduler::run_cycle(bool* stop) {
   for (uint32_t bit : ready.cached) {
     Entry* e = voted[bit];
     verdicts.push_back(Verdict{e, e->what.spec.group, e->what.spec.group_size, {}, {}});
-    if (e->what.spec.type == OpType::kAllgather) {
+    if (e->what.spec.type == OpType::kAllgather || e->what.spec.type == OpType::kAlltoall) {
       verdicts.back().first_dims = negotiator_.cached_first_dims(bit);
     }
   }
@@ -813,6 +874,12 @@ void Scheduler::run_alone(Entry& e) {
     case OpType::kBroadcast:
       status = data_.broadcast(args_for(w, w.send, w.recv, count));
       break;
+    case OpType::kReduceScatter:
+      status = run_reduce_scatter(e);
+      break;
+    case OpType::kAlltoall:
+      status = run_alltoall(e);
+      break;
   }
   ++backend_calls_;
   if (timeline_) {
@@ -854,6 +921,81 @@ Status Scheduler::run_allgather(Entry& e) {
   }
   const Status status = data_.allgather(a);
   if (status.ok() && w.recv == nullptr) e.completion->set_output(std::move(allocated), first_dim);
+  return status;
+}
+
+Status Scheduler::run_reduce_scatter(Entry& e) {
+  const Submission& w = e.what;
+  const TensorSpec& spec = w.spec;
+  const size_t element = hvd_dtype_size(spec.dtype);
+  const uint64_t n = static_cast<uint64_t>(data_.size());
+  const uint64_t rank = static_cast<uint64_t>(data_.rank());
+  const uint64_t rows = static_cast<uint64_t>(spec.shape[0]);
+  const uint64_t row = rows == 0 ? 0 : e.elements / rows;  // elements per row
+  // Horovod's split: rows = q * n + m, and the first m ranks get one row more.
+  const uint64_t q = rows / n, m = rows % n;
+  const uint64_t mine = (q + (rank < m ? 1 : 0)) * row;
+  if (m == 0 && spec.prescale == 1) {
+    const Status s = data_.reduce_scatter(args_for(w, w.send, w.recv, q * row));
+    if (s.ok()) scale(w.recv, w.recv, mine, spec.dtype, spec.postscale);
+    return s;
+  }
+  // Uneven or prescaled (host memory: prepare() refuses the others): every rank's block padded
+  // to q + 1 rows in a buffer of hvd's, scaled on the way in, and this rank's rows copied out.
+  const uint64_t block = (m == 0 ? q : q + 1) * row;
+  const size_t in_bytes = n * block * element;
+  scratch_.assign(in_bytes + block * element, 0);
+  char* in = scratch_.data();
+  char* out = in + in_bytes;
+  const char* from = static_cast<const char*>(w.send);
+  for (uint64_t r = 0; r < n; ++r) {
+    const uint64_t count = (q + (r < m ? 1 : 0)) * row;
+    scale(in + r * block * element, from, count, spec.dtype, spec.prescale);
+    from += count * element;
+  }
+  HVD_RETURN_IF_ERROR(data_.reduce_scatter(args_for(w, in, out, block)));
+  scale(w.recv, out, mine, spec.dtype, spec.postscale);
+  return Status::success();
+}
+
+Status Scheduler::run_alltoall(Entry& e) {
+  const Submission& w = e.what;
+  const size_t element = hvd_dtype_size(w.spec.dtype);
+  const size_t n = static_cast<size_t>(data_.size());
+  const size_t rank = static_cast<size_t>(data_.rank());
+  uint64_t row = 1;  // elements per row (the same on every rank)
+  for (size_t i = 1; i < w.spec.shape.size(); ++i) row *= static_cast<uint64_t>(w.spec.shape[i]);
+  // The negotiated splits of every rank, in elements; the negotiator checked every sum.
+  std::vector<uint64_t> matrix(n * n);
+  for (size_t i = 0; i < n * n; ++i) matrix[i] = static_cast<uint64_t>(e.first_dims[i]) * row;
+  std::vector<uint64_t> recv_counts(n);
+  std::vector<int64_t> received(n);
+  uint64_t total = 0;
+  int64_t first_dim = 0;
+  for (size_t r = 0; r < n; ++r) {
+    recv_counts[r] = matrix[r * n + rank];
+    received[r] = e.first_dims[r * n + rank];
+    total += recv_counts[r];
+    first_dim += received[r];
+  }
+  void* recv = w.recv;
+  std::unique_ptr<char[]> allocated;
+  if (recv == nullptr && total > 0) {
+    allocated.reset(new (std::nothrow) char[total * element]);
+    if (!allocated) {
+      return error(HVD_ERR_INTERNAL, "ALLTOALL '" + w.name + "': could not allocate " +
+                                         std::to_string(total * element) + " bytes for the output");
+    }
+    recv = allocated.get();
+  }
+  hvd_collective_args a = args_for(w, w.send, recv, e.elements);
+  a.send_counts = matrix.data() + rank * n;
+  a.recv_counts = recv_counts.data();
+  const Status status = data_.alltoall(a, matrix.data());
+  if (status.ok()) {
+    if (w.recv == nullptr) e.completion->set_output(std::move(allocated), first_dim);
+    e.completion->set_received_splits(std::move(received));
+  }
   return status;
 }
 

@@ -70,6 +70,9 @@ class Completion {
   // succeeded, and owned by the completion.
   void set_output(std::unique_ptr<char[]> data, int64_t first_dim);
   Status output(void** data, int64_t* first_dim) const;
+  // An alltoall's rows received from each rank: set before it completes, read once it succeeded.
+  void set_received_splits(std::vector<int64_t> splits);
+  Status received_splits(std::vector<int64_t>* splits) const;
 
  private:
   bool settle(const Status& status);  // true if this call completed it
@@ -84,6 +87,7 @@ class Completion {
   Status status_;
   std::unique_ptr<char[]> output_;
   int64_t output_first_dim_ = -1;  // -1: no output allocated by hvd
+  std::optional<std::vector<int64_t>> received_splits_;
 };
 
 // One tensor to submit.
@@ -91,8 +95,9 @@ struct Submission {
   std::string name;
   TensorSpec spec;  // group fields and the output capacity are filled in at submission
   const void* send = nullptr;
-  void* recv = nullptr;    // an allgather's may be NULL: hvd allocates the output
-  void* stream = nullptr;  // CUDA tensors: the cudaStream_t their buffers are ordered on
+  void* recv = nullptr;         // an allgather's may be NULL: hvd allocates the output
+  void* stream = nullptr;       // CUDA tensors: the cudaStream_t their buffers are ordered on
+  bool capacity_given = false;  // an alltoall's spec.output_capacity is the caller's
 };
 
 class Scheduler {
@@ -191,6 +196,8 @@ class Scheduler {
   Status stage(const std::vector<Entry*>& batch, bool in);
   void run_alone(Entry& e);
   Status run_allgather(Entry& e);
+  Status run_reduce_scatter(Entry& e);
+  Status run_alltoall(Entry& e);
   void finish(Entry* e, const Status& status);
   void finish(const std::vector<Entry*>& entries, const Status& status);
   void fail_all(const Status& status);
@@ -207,6 +214,7 @@ class Scheduler {
   Negotiator negotiator_;
   std::unique_ptr<Timeline> timeline_;
   std::vector<char> fusion_buffer_;
+  std::vector<char> scratch_;  // a reduce-scatter's padded or scaled input and output
 
   // Shared with submitting threads. Entries live in list nodes from submission to completion
   // (the queue's nodes are spliced onto pending_), so views of their names stay valid.
