@@ -314,6 +314,127 @@ void allgather(const Meshes& meshes, const T* send, T* recv, size_t count) {
 
 inline void barrier(const Meshes& meshes) { gloo::BarrierAllToAll(meshes.sync).run(); }
 
+namespace detail {
+
+// Runs a wait on `peer`'s messages; a Gloo I/O error (which names the peer by its socket address)
+// gets the peer's rank too.
+template <typename Fn>
+void waiting_on(int peer, const char* what, Fn&& fn) {
+  try {
+    fn();
+  } catch (const gloo::IoException& e) {
+    throw gloo::IoException(std::string(e.what()) + " (" + what + " rank " + std::to_string(peer) +
+                            ")");
+  }
+}
+
+}  // namespace detail
+
+// recv (count elements) = this rank's block of the reduction over the ranks of send, which holds
+// one block of `count` elements per rank, rank by rank. recv may be send itself (the result then
+// takes its first block). Every rank passes the same count.
+//
+// A ring, as the first half of AllreduceRingChunked, built on the same pair buffers (Gloo's own
+// ReduceScatterHalvingDoubling returns wrong blocks: pytorch/gloo#303): in round k each rank
+// passes its right neighbour the partial sum of block rank-k-1 and folds its own block into the
+// one from its left, so after size-1 rounds each rank holds its own block reduced over every
+// rank, having sent (size-1)/size of the buffer. Each block is reduced along one chain, so every
+// element is combined once per rank. As in AllreduceRing, a rank tells its left neighbour when its
+// inbox is free again before that neighbour sends into it.
+template <typename T>
+void reduce_scatter(const Meshes& meshes, const T* send, T* recv, size_t count,
+                    const gloo::ReductionFunction<T>* reduction) {
+  if (count == 0) return;
+  const auto& context =
+      meshes.for_bytes(count * sizeof(T) * static_cast<size_t>(meshes.sync->size));
+  const int size = context->size;
+  const int rank = context->rank;
+  auto block = [&](int r) { return send + static_cast<size_t>((r % size + size) % size) * count; };
+  const size_t bytes = count * sizeof(T);
+  std::vector<T> inbox(count);
+  std::vector<T> outbox(block(rank - 1), block(rank - 1) + count);
+  const int left_rank = (rank + size - 1) % size;
+  const int right_rank = (rank + 1) % size;
+  auto& left = context->getPair(left_rank);
+  auto& right = context->getPair(right_rank);
+  const int slot = context->nextSlot();
+  const int notification_slot = context->nextSlot();
+  const auto send_data = right->createSendBuffer(slot, outbox.data(), bytes);
+  const auto recv_data = left->createRecvBuffer(slot, inbox.data(), bytes);
+  int dummy = 0;
+  const auto send_notification = left->createSendBuffer(notification_slot, &dummy, sizeof(dummy));
+  const auto recv_notification = right->createRecvBuffer(notification_slot, &dummy, sizeof(dummy));
+  const int rounds = size - 1;
+  for (int round = 0; round < rounds; ++round) {
+    send_data->send();
+    detail::waiting_on(left_rank, "receiving from", [&] { recv_data->waitRecv(); });
+    detail::waiting_on(right_rank, "sending to", [&] { send_data->waitSend(); });
+    if (round < rounds - 1) {
+      std::copy(inbox.begin(), inbox.end(), outbox.begin());
+      reduction->call(outbox.data(), block(rank - round - 2), count);
+      // The left neighbour may send its next block into the inbox now, and this rank may send
+      // into its right neighbour's once that one has said so. The last round needs neither.
+      send_notification->send();
+      detail::waiting_on(right_rank, "waiting for", [&] { recv_notification->waitRecv(); });
+      detail::waiting_on(left_rank, "sending to", [&] { send_notification->waitSend(); });
+    } else {
+      // Every block but this rank's own has been consumed by now, so recv may overlap send.
+      const T* mine = block(rank);
+      if (recv != mine) std::copy(mine, mine + count, recv);
+      reduction->call(recv, inbox.data(), count);
+    }
+  }
+}
+
+// Every rank sends send_counts[r] elements to each rank r, packed in rank order in send, and
+// receives recv_counts[r] elements from each rank r, packed in rank order in recv (never in place).
+// The counts must be consistent across the ranks (what rank p sends q is what q receives from p),
+// and `total_bytes`, the bytes the whole exchange moves over all ranks, the same everywhere: it
+// chooses the mesh as for the other collectives. Every message is posted at once on pair buffers of
+// one slot (each pair carries at most one message each way), then waited for.
+template <typename T>
+void alltoall(const Meshes& meshes, const T* send, const std::vector<size_t>& send_counts, T* recv,
+              const std::vector<size_t>& recv_counts, size_t total_bytes) {
+  const auto& context = meshes.for_bytes(total_bytes);
+  const int size = context->size;
+  const int rank = context->rank;
+  std::vector<size_t> send_offsets(static_cast<size_t>(size));
+  std::vector<size_t> recv_offsets(static_cast<size_t>(size));
+  for (size_t r = 1; r < static_cast<size_t>(size); ++r) {
+    send_offsets[r] = send_offsets[r - 1] + send_counts[r - 1];
+    recv_offsets[r] = recv_offsets[r - 1] + recv_counts[r - 1];
+  }
+  const int slot = context->nextSlot();
+  std::vector<std::pair<int, std::unique_ptr<gloo::transport::Buffer>>> receives;  // from rank
+  std::vector<std::pair<int, std::unique_ptr<gloo::transport::Buffer>>> sends;     // to rank
+  for (int i = 1; i < size; ++i) {
+    const int from = (rank + size - i) % size;
+    const auto r = static_cast<size_t>(from);
+    if (recv_counts[r] == 0) continue;
+    receives.emplace_back(from, context->getPair(from)->createRecvBuffer(
+                                    slot, recv + recv_offsets[r], recv_counts[r] * sizeof(T)));
+  }
+  // Gloo only reads a send buffer; its API takes every buffer as void*.
+  T* const out = const_cast<T*>(send);
+  for (int i = 1; i < size; ++i) {
+    const int to = (rank + i) % size;
+    const auto r = static_cast<size_t>(to);
+    if (send_counts[r] == 0) continue;
+    sends.emplace_back(to, context->getPair(to)->createSendBuffer(slot, out + send_offsets[r],
+                                                                  send_counts[r] * sizeof(T)));
+    sends.back().second->send();
+  }
+  const auto self = static_cast<size_t>(rank);
+  std::copy(send + send_offsets[self], send + send_offsets[self] + send_counts[self],
+            recv + recv_offsets[self]);
+  for (const auto& [from, buffer] : receives) {
+    detail::waiting_on(from, "receiving from", [&] { buffer->waitRecv(); });
+  }
+  for (const auto& [to, buffer] : sends) {
+    detail::waiting_on(to, "sending to", [&] { buffer->waitSend(); });
+  }
+}
+
 }  // namespace hvd::gloo_algorithms
 
 #endif  // HVD_PLUGINS_GLOO_ALGORITHMS_HPP

@@ -1,8 +1,12 @@
 // The Gloo backend: hvd's collectives on Facebook's Gloo over TCP.
 //
 // Bootstrap goes through the host's rendezvous store (gloo_algorithms::KvStore).
-// The collectives are Gloo's buffer-based algorithms with hvd's reduction kernels, small ones
-// over a mesh whose callers read their own sockets (gloo_algorithms.hpp says why for both).
+// The collectives are Gloo's buffer-based algorithms with hvd's reduction kernels (reduce-scatter
+// and alltoall are built here on the same pair buffers), small ones over a mesh whose callers read
+// their own sockets (gloo_algorithms.hpp says why for both).
+//
+// A communicator made by split is made by init over its members, with host services of its own:
+// nothing here assumes the world (rank, size, addresses and keys are the communicator's).
 // Configuration: HVD_GLOO_IFACE (a network interface) or HVD_GLOO_HOSTNAME (an address to bind);
 // by default the address this host uses to reach the rendezvous server.
 //
@@ -12,7 +16,8 @@
 //   gloo/transport/tcp/pair.cc), an exception on a thread nobody catches: std::terminate. So
 //   before a collective goes on that mesh, the ranks exchange what they are about to run over the
 //   mesh whose callers read their own sockets (CallShape); any difference is HVD_ERR_MISMATCH on
-//   every rank, before any data moves (the communicator stays usable).
+//   every rank, before any data moves (the communicator stays usable). Alltoall, whose counts
+//   differ by rank and decide its mesh, always runs such an exchange, with every rank's counts.
 // - Gloo writes without MSG_NOSIGNAL, so a write that meets EPIPE raises SIGPIPE, whose default
 //   action ends the process without a word (2 of 26 runs of a survivor of a killed peer; a peer
 //   that closed first leaves the socket in CLOSE_WAIT, where the first failed write is EPIPE). A
@@ -268,15 +273,23 @@ class Sockets {
 // which must be the same everywhere, then an allreduce's votes on reusing an algorithm object
 // (ReusedAllreduces::Fits), which the ranks combine.
 struct CallShape {
-  enum Kind : uint64_t { kAllreduce = 1, kAllgather, kAllgatherv, kBroadcast };
+  enum Kind : uint64_t {
+    kAllreduce = 1,
+    kAllgather,
+    kAllgatherv,
+    kBroadcast,
+    kReduceScatter,
+    kAlltoall
+  };
   static constexpr uint64_t kMagic = 0x68766463616c6c31;  // "hvdcall1": not some other message
   static constexpr size_t kWords = 6;
   static constexpr size_t kRecordWords =
       kWords + hvd::gloo_algorithms::ReusedAllreduces::kMaxEntries;
   using Words = std::array<uint64_t, kWords>;
 
-  // kind, dtype, count, then the op (allreduce), root (broadcast) or a hash of the per-rank
-  // counts (allgatherv).
+  // kind, dtype, count, then the op (allreduce, reduce_scatter), root (broadcast) or a hash of
+  // the per-rank counts (allgatherv). Alltoall's counts differ by rank: its shape is kind and
+  // dtype, and its record carries the counts themselves (agree_on_alltoall).
   static Words of(Kind kind, hvd_dtype dtype, uint64_t count, uint64_t detail) {
     return {kMagic, kind, static_cast<uint64_t>(dtype), count, detail, 0};
   }
@@ -294,6 +307,11 @@ struct CallShape {
         return "allgatherv" + of + " in all (counts hash " + std::to_string(w[4]) + ")";
       case kBroadcast:
         return "broadcast" + of + " from rank " + std::to_string(w[4]);
+      case kReduceScatter:
+        return "reduce_scatter" + of + " per rank (" + hvd_reduce_op_name(static_cast<int>(w[4])) +
+               ")";
+      case kAlltoall:
+        return std::string("alltoall of ") + hvd_dtype_name(dtype);
       default:
         return "an unknown collective";
     }
@@ -451,6 +469,66 @@ class GlooBackend {
     return guarded("barrier", [&] { hvd::gloo_algorithms::barrier(meshes_); });
   }
 
+  Status reduce_scatter(const hvd_collective_args& a) {
+    HVD_RETURN_IF_ERROR(usable("reduce_scatter"));
+    HVD_RETURN_IF_ERROR(check_dtype(a.dtype));
+    if (a.count == 0) return Status::success();
+    const size_t element = hvd_dtype_size(a.dtype);
+    if (!meshes_) {
+      if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
+      return Status::success();  // an average over one rank is the value itself
+    }
+    const size_t bytes = a.count * element * static_cast<size_t>(size_);
+    Status s;
+    with_reduction(a.dtype, a.op, [&](auto t, const auto* reduction) {
+      using T = decltype(t);
+      s = agree_before_event_loop(
+          "reduce_scatter", bytes,
+          CallShape::of(CallShape::kReduceScatter, a.dtype, a.count, static_cast<uint64_t>(a.op)));
+      if (!s.ok()) return;
+      s = guarded("reduce_scatter", [&] {
+        hvd::gloo_algorithms::reduce_scatter(meshes_, static_cast<const T*>(a.sendbuf),
+                                             static_cast<T*>(a.recvbuf), a.count, reduction);
+      });
+    });
+    if (!s.ok()) return s;
+    if (a.op == HVD_AVERAGE) hvd_divide(a.recvbuf, a.count, a.dtype, size_);
+    return Status::success();
+  }
+
+  Status alltoall(const hvd_collective_args& a) {
+    HVD_RETURN_IF_ERROR(usable("alltoall"));
+    HVD_RETURN_IF_ERROR(check_dtype(a.dtype));
+    if (!HVD_HAS_FIELD(&a, hvd_collective_args, send_counts) || a.send_counts == nullptr ||
+        a.recv_counts == nullptr) {
+      return Status(HVD_ERR_INVALID_ARGUMENT,
+                    "gloo alltoall: the call has no send_counts or no recv_counts");
+    }
+    const size_t element = hvd_dtype_size(a.dtype);
+    const auto ranks = static_cast<size_t>(size_);
+    const std::vector<size_t> send_counts(a.send_counts, a.send_counts + ranks);
+    const std::vector<size_t> recv_counts(a.recv_counts, a.recv_counts + ranks);
+    if (!meshes_) {
+      if (send_counts[0] != recv_counts[0]) {
+        return Status(HVD_ERR_MISMATCH,
+                      "gloo alltoall: rank 0 sends itself " + std::to_string(send_counts[0]) +
+                          " elements but expects " + std::to_string(recv_counts[0]));
+      }
+      if (send_counts[0] > 0) std::memcpy(a.recvbuf, a.sendbuf, send_counts[0] * element);
+      return Status::success();
+    }
+    size_t total = 0;  // elements moved by the whole exchange, the same on every rank
+    HVD_RETURN_IF_ERROR(agree_on_alltoall(a.dtype, send_counts, recv_counts, &total));
+    if (total == 0) return Status::success();
+    return guarded("alltoall", [&] {
+      with_element_type(element, [&](auto t) {
+        using T = decltype(t);
+        hvd::gloo_algorithms::alltoall(meshes_, static_cast<const T*>(a.sendbuf), send_counts,
+                                       static_cast<T*>(a.recvbuf), recv_counts, total * element);
+      });
+    });
+  }
+
  private:
   explicit GlooBackend(const hvd::sdk::InitContext& ctx) : rank_(ctx.rank), size_(ctx.size) {}
 
@@ -531,6 +609,57 @@ class GlooBackend {
     return Status::success();
   }
 
+  // Alltoall's agreement, before every alltoall of more than one rank: each rank's counts differ,
+  // and which mesh the exchange takes depends on all of them, so the ranks always gather each
+  // other's shape (kind and dtype) and send and receive counts over the sync mesh (2 * size + 6
+  // words per rank). The same shapes everywhere, and counts where what each rank sends each other
+  // is what that one expects: every rank goes on, knowing the elements the whole exchange moves
+  // (`total`), which routes it. Otherwise every rank fails alike with HVD_ERR_MISMATCH.
+  Status agree_on_alltoall(hvd_dtype dtype, const std::vector<size_t>& send_counts,
+                           const std::vector<size_t>& recv_counts, size_t* total) {
+    const auto ranks = static_cast<size_t>(size_);
+    const size_t words = CallShape::kWords + 2 * ranks;
+    const CallShape::Words shape = CallShape::of(CallShape::kAlltoall, dtype, 0, 0);
+    std::vector<uint64_t> mine(words);
+    std::copy(shape.begin(), shape.end(), mine.begin());
+    std::copy(send_counts.begin(), send_counts.end(), mine.begin() + CallShape::kWords);
+    std::copy(recv_counts.begin(), recv_counts.end(),
+              mine.begin() + static_cast<ptrdiff_t>(CallShape::kWords + ranks));
+    std::vector<uint64_t> all(words * ranks);
+    HVD_RETURN_IF_ERROR(guarded("alltoall", [&] {
+      gloo::AllgatherRing<uint64_t>(meshes_.sync, {mine.data()}, all.data(),
+                                    static_cast<int>(words))
+          .run();
+    }));
+    auto record = [&](size_t r) { return all.data() + r * words; };
+    for (size_t r = 0; r < ranks; ++r) {
+      if (std::equal(shape.begin(), shape.end(), record(r))) continue;
+      std::string text = "gloo alltoall: the ranks called different collectives:";
+      for (size_t q = 0; q < ranks; ++q) {
+        text += (q == 0 ? " rank " : "; rank ") + std::to_string(q) + " " +
+                CallShape::describe(record(q));
+      }
+      return Status(HVD_ERR_MISMATCH, text);
+    }
+    *total = 0;
+    for (size_t p = 0; p < ranks; ++p) {
+      for (size_t q = 0; q < ranks; ++q) {
+        const uint64_t sent = record(p)[CallShape::kWords + q];
+        const uint64_t expected = record(q)[CallShape::kWords + ranks + p];
+        if (sent != expected) {
+          return Status(HVD_ERR_MISMATCH,
+                        "gloo alltoall: rank " + std::to_string(p) + " sends rank " +
+                            std::to_string(q) + " " + std::to_string(sent) + " elements but rank " +
+                            std::to_string(q) + " expects " + std::to_string(expected) +
+                            " from rank " + std::to_string(p) +
+                            ": the ranks' send and receive counts disagree");
+        }
+        *total += static_cast<size_t>(sent);
+      }
+    }
+    return Status::success();
+  }
+
   // Every rank has finished connectFullMesh once this returns. Without it a rank could leave
   // init (and exit) while a peer still reads its handshake, failing that peer's init.
   static Status wait_until_all_connected(const hvd::sdk::InitContext& ctx) {
@@ -571,4 +700,4 @@ class GlooBackend {
 HVD_BACKEND_PLUGIN(
     GlooBackend, "gloo", HVD_PLUGIN_VERSION " (gloo " HVD_GLOO_VERSION ")",
     "Gloo collectives over TCP (HVD_GLOO_IFACE / HVD_GLOO_HOSTNAME choose the network)",
-    HVD_CAP_HOST_MEMORY | HVD_CAP_ALLGATHERV)
+    HVD_CAP_HOST_MEMORY | HVD_CAP_ALLGATHERV | HVD_CAP_REDUCE_SCATTER)
