@@ -10,6 +10,11 @@ Status run_through_hvd(Comm& comm, const CollectiveCall& c) {
       return comm.allgather(c.send, c.recv, c.count, c.dtype, &c.placement);
     case Collective::kBroadcast:
       return comm.broadcast(c.send, c.recv, c.count, c.dtype, c.root, &c.placement);
+    case Collective::kReduceScatter:
+      return comm.reduce_scatter(c.send, c.recv, c.count, c.dtype, c.op, &c.placement);
+    case Collective::kAlltoall:
+      return comm.alltoall(c.send, c.send_counts.data(), c.recv, c.count * c.send_counts.size(),
+                           nullptr, c.dtype, &c.placement);
   }
   return error(HVD_ERR_INTERNAL, "unknown collective");
 }

@@ -4,14 +4,17 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hvd/hvd.hpp"
 #include "options.hpp"
 
 namespace hvd::bench {
 
-// Everything one call needs. `count` is the element count per rank (the send count: for
-// allgather the receive buffer holds size x count).
+// Everything one call needs. `count` is hvd's count argument: allreduce and broadcast, the
+// buffer's elements; allgather, each rank's part (the output holds size x count);
+// reduce_scatter, each rank's result (the input holds size x count); alltoall, what each rank
+// sends to each (send_counts, size entries of count; both buffers hold size x count).
 struct CollectiveCall {
   Collective collective = Collective::kAllreduce;
   const void* send = nullptr;  // == recv for in place (for allgather: recv + rank's block)
@@ -20,6 +23,7 @@ struct CollectiveCall {
   hvd_dtype dtype = HVD_FLOAT32;
   hvd_reduce_op op = HVD_SUM;
   int root = 0;
+  std::vector<uint64_t> send_counts;  // alltoall
   hvd_placement placement{sizeof(hvd_placement), HVD_MEMORY_HOST, -1, nullptr};
 };
 
@@ -37,8 +41,8 @@ class DirectLibrary {
   virtual Status run(const CollectiveCall& call) = 0;
 };
 
-// The direct library under `comm`'s backend, connected to the same ranks. NOT_FOUND when hvd-bench
-// knows no direct path for that backend.
+// The direct library under `comm`'s backend, connected to the same ranks (a process set's too).
+// Collective over `comm`. NOT_FOUND when hvd-bench knows no direct path for that backend.
 Result<std::unique_ptr<DirectLibrary>> open_direct(Comm& comm);
 
 #ifdef HVD_BENCH_WITH_GLOO

@@ -3,6 +3,7 @@
 // through a rendezvous store.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include <gloo/common/error.h>
 #include <gloo/math.h>
@@ -83,9 +84,8 @@ class DirectGloo final : public DirectLibrary {
   std::string unsupported(const CollectiveCall& c) const override {
     if (c.placement.memory_type != HVD_MEMORY_HOST) return "host memory only";
     if (c.dtype == HVD_BFLOAT16) return "Gloo has no bfloat16 type";
-    if (c.collective == Collective::kAllreduce && c.op == HVD_AVERAGE) {
-      return "Gloo has no average op";
-    }
+    if (reduces(c.collective) && c.op == HVD_AVERAGE) return "Gloo has no average op";
+    if (c.collective == Collective::kAlltoall && c.send == c.recv) return "never in place";
     return "";
   }
 
@@ -109,6 +109,18 @@ class DirectGloo final : public DirectLibrary {
             if (rank_ == c.root && send != recv) std::copy(send, send + c.count, recv);
             gloo_algorithms::broadcast(meshes_, recv, c.count, c.root);
             break;
+          case Collective::kReduceScatter:
+            gloo_algorithms::reduce_scatter(meshes_, send, recv, c.count, gloo_reduction<T>(c.op));
+            break;
+          case Collective::kAlltoall: {
+            // Every rank sends every rank count elements: the whole exchange moves size^2 x
+            // count, which routes it to a mesh as the plugin's agreement does.
+            const size_t size = static_cast<size_t>(meshes_.sync->size);
+            counts_.assign(size, c.count);
+            gloo_algorithms::alltoall(meshes_, send, counts_, recv, counts_,
+                                      size * size * c.count * sizeof(T));
+            break;
+          }
         }
       });
     });
@@ -122,6 +134,7 @@ class DirectGloo final : public DirectLibrary {
 
   gloo_algorithms::Meshes meshes_;  // empty at one rank
   int rank_;
+  std::vector<size_t> counts_;  // alltoall's, sent and received alike
 };
 
 }  // namespace

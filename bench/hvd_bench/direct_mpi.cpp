@@ -1,9 +1,12 @@
-// The MPI baseline: MPI_Allreduce / MPI_Allgather / MPI_Bcast on MPI_COMM_WORLD, in the MPI the
-// mpi backend initialized (hvd-bench links the same libmpi, so it is one library in the process).
+// The MPI baseline: MPI_Allreduce / MPI_Allgather / MPI_Bcast / MPI_Reduce_scatter_block /
+// MPI_Alltoall on MPI_COMM_WORLD (for a process set, on a communicator of its members made with
+// MPI_Comm_create_group), in the MPI the mpi backend initialized (hvd-bench links the same
+// libmpi, so it is one library in the process).
 #include <mpi.h>
 
 #include <climits>
 #include <cstring>
+#include <vector>
 
 #include "direct.hpp"
 #include "mpi_types.hpp"
@@ -16,7 +19,12 @@ using hvd::mpi::builtin_type;
 
 class DirectMpi final : public DirectLibrary {
  public:
-  explicit DirectMpi(int rank) : rank_(rank) {}
+  DirectMpi(MPI_Comm comm, int rank) : comm_(comm), rank_(rank) {}
+  ~DirectMpi() override {
+    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+  }
+  DirectMpi(const DirectMpi&) = delete;
+  DirectMpi& operator=(const DirectMpi&) = delete;
 
   std::string call_name(Collective c) const override {
     switch (c) {
@@ -26,6 +34,10 @@ class DirectMpi final : public DirectLibrary {
         return "MPI_Allgather";
       case Collective::kBroadcast:
         return "MPI_Bcast";
+      case Collective::kReduceScatter:
+        return "MPI_Reduce_scatter_block";
+      case Collective::kAlltoall:
+        return "MPI_Alltoall";
     }
     return "?";
   }
@@ -35,10 +47,11 @@ class DirectMpi final : public DirectLibrary {
     if (builtin_type(c.dtype) == MPI_DATATYPE_NULL) {
       return std::string("MPI has no ") + hvd_dtype_name(c.dtype) + " type";
     }
-    if (c.collective == Collective::kAllreduce && builtin_op(c.op) == MPI_OP_NULL) {
+    if (reduces(c.collective) && builtin_op(c.op) == MPI_OP_NULL) {
       return std::string("MPI has no ") + hvd_reduce_op_name(c.op) + " op";
     }
     if (c.count > static_cast<uint64_t>(INT_MAX)) return "count above INT_MAX";
+    if (c.collective == Collective::kAlltoall && c.send == c.recv) return "never in place";
     return "";
   }
 
@@ -49,20 +62,27 @@ class DirectMpi final : public DirectLibrary {
     switch (c.collective) {
       case Collective::kAllreduce:
         rc = MPI_Allreduce(c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, count, type,
-                           builtin_op(c.op), MPI_COMM_WORLD);
+                           builtin_op(c.op), comm_);
         break;
       case Collective::kAllgather: {
         const char* mine = static_cast<const char*>(c.recv) +
                            static_cast<size_t>(rank_) * c.count * hvd_dtype_size(c.dtype);
         rc = MPI_Allgather(c.send == mine ? MPI_IN_PLACE : c.send, count, type, c.recv, count, type,
-                           MPI_COMM_WORLD);
+                           comm_);
         break;
       }
       case Collective::kBroadcast:
         if (rank_ == c.root && c.send != c.recv) {
           std::memcpy(c.recv, c.send, c.count * hvd_dtype_size(c.dtype));
         }
-        rc = MPI_Bcast(c.recv, count, type, c.root, MPI_COMM_WORLD);
+        rc = MPI_Bcast(c.recv, count, type, c.root, comm_);
+        break;
+      case Collective::kReduceScatter:  // in place: the input is recv's, as hvd's
+        rc = MPI_Reduce_scatter_block(c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, count, type,
+                                      builtin_op(c.op), comm_);
+        break;
+      case Collective::kAlltoall:
+        rc = MPI_Alltoall(c.send, count, type, c.recv, count, type, comm_);
         break;
     }
     if (rc == MPI_SUCCESS) return Status::success();
@@ -73,6 +93,7 @@ class DirectMpi final : public DirectLibrary {
   }
 
  private:
+  MPI_Comm comm_;
   int rank_;
 };
 
@@ -84,18 +105,44 @@ Result<std::unique_ptr<DirectLibrary>> open_direct_mpi(Comm& comm) {
   if (!initialized) {
     return error(HVD_ERR_STATE, "MPI is not initialized: the mpi backend did not start MPI here");
   }
-  int rank = -1;
-  int size = -1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (rank != comm.rank() || size != comm.size()) {
-    return error(HVD_ERR_MISMATCH, "MPI_COMM_WORLD is rank " + std::to_string(rank) + " of " +
-                                       std::to_string(size) + ", hvd's job rank " +
-                                       std::to_string(comm.rank()) + " of " +
-                                       std::to_string(comm.size()));
+  int world_rank = -1;
+  int world_size = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  // hvd's job ranks are MPI_COMM_WORLD's under mpirun. A communicator of every rank is the job's
+  // (a process set ranks its members in increasing order); a smaller one a process set's, whose
+  // members hvd names by job rank.
+  const bool whole_world = comm.size() == world_size;
+  std::vector<int> members(static_cast<size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) {
+    members[static_cast<size_t>(r)] = whole_world ? r : comm.job_rank(r);
+  }
+  if (members[static_cast<size_t>(comm.rank())] != world_rank) {
+    return error(HVD_ERR_MISMATCH, "MPI_COMM_WORLD is rank " + std::to_string(world_rank) + " of " +
+                                       std::to_string(world_size) + ", hvd's job rank " +
+                                       std::to_string(members[static_cast<size_t>(comm.rank())]) +
+                                       " (rank " + std::to_string(comm.rank()) + " of " +
+                                       std::to_string(comm.size()) + " here)");
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  return std::unique_ptr<DirectLibrary>(new DirectMpi(rank));
+  if (whole_world) return std::unique_ptr<DirectLibrary>(new DirectMpi(MPI_COMM_WORLD, world_rank));
+  // A process set: a communicator of its members alone (MPI_Comm_create_group is collective over
+  // them only, as the set's benchmark is), ranked as hvd ranks them.
+  MPI_Group world_group = MPI_GROUP_NULL;
+  MPI_Group group = MPI_GROUP_NULL;
+  MPI_Comm set = MPI_COMM_NULL;
+  int rc = MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Group_incl(world_group, comm.size(), members.data(), &group);
+  }
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, 0, &set);
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  if (world_group != MPI_GROUP_NULL) MPI_Group_free(&world_group);
+  if (rc != MPI_SUCCESS || set == MPI_COMM_NULL) {
+    return error(HVD_ERR_REMOTE, "MPI_Comm_create_group for the process set failed");
+  }
+  MPI_Comm_set_errhandler(set, MPI_ERRORS_RETURN);
+  return std::unique_ptr<DirectLibrary>(new DirectMpi(set, comm.rank()));
 }
 
 }  // namespace hvd::bench

@@ -3,6 +3,7 @@
 //
 //   hvdrun -np 2 hvd-bench --backend all --baseline -b 8 -e 64M -f 4 -J result.json
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,8 @@
 #include <set>
 
 #include "bootstrap/env.hpp"
+#include "bootstrap/rendezvous.hpp"
+#include "bootstrap/store.hpp"
 #include "buffer.hpp"
 #include "direct.hpp"
 #include "fusion.hpp"
@@ -106,16 +109,21 @@ class Runner {
         checked_(checked),
         device_(device) {}
 
-  Status run(Collective collective) {
+  // Runs the table; `skipped` gets why not where the host or backend has no such call at all
+  // (HVD_ERR_UNSUPPORTED on every rank), and the table is then empty.
+  Status run(Collective collective, std::string* skipped) {
     const int n = comm_.size();
-    const size_t max_bytes = static_cast<size_t>(o_.max_bytes);
+    // At least one element of the widest type per rank: the probe's call.
+    const size_t max_bytes = std::max(static_cast<size_t>(o_.max_bytes), size_t{8} * n);
     const size_t send_bytes = collective == Collective::kAllgather ? max_bytes / n : max_bytes;
     HVD_ASSIGN_OR_RETURN(send_, Buffer::allocate(o_.memory, device_, send_bytes));
     HVD_ASSIGN_OR_RETURN(recv_, Buffer::allocate(o_.memory, device_, max_bytes));
     expected_.assign(max_bytes, 0);
     staging_.assign(max_bytes, 0);
+    HVD_ASSIGN_OR_RETURN(*skipped, probe(collective));
+    if (!skipped->empty()) return Status::success();
     std::vector<std::optional<hvd_reduce_op>> ops;
-    if (collective == Collective::kAllreduce) {
+    if (reduces(collective)) {
       for (hvd_reduce_op op : o_.ops) ops.emplace_back(op);
     } else {
       ops.emplace_back(std::nullopt);
@@ -136,6 +144,19 @@ class Runner {
   }
 
  private:
+  // One call of one element per rank, out of place: "" where it ran on every rank, else why not
+  // where every rank's failed with HVD_ERR_UNSUPPORTED (any other failure is an error).
+  Result<std::string> probe(Collective collective) {
+    const CollectiveCall c = make_call(collective, o_.dtypes.front(), o_.ops.front(), 1, 0);
+    const Status s = run_through_hvd(comm_, c);
+    if (!s.ok() && s.code() != HVD_ERR_UNSUPPORTED) return s;
+    HVD_RETURN_IF_ERROR(synchronize(o_.memory));
+    int64_t ran = s.ok() ? 1 : 0;
+    HVD_RETURN_IF_ERROR(comm_.allreduce(&ran, &ran, 1, HVD_MIN));
+    if (ran == 1) return std::string();
+    return s.ok() ? std::string("unsupported on another rank") : s.message();
+  }
+
   // The call for one placement (0 out of place, 1 in place) of `count` elements per rank.
   CollectiveCall make_call(Collective collective, hvd_dtype dtype, hvd_reduce_op op, uint64_t count,
                            int placement) const {
@@ -148,6 +169,9 @@ class Runner {
     c.recv = recv_.data();
     c.placement.memory_type = o_.memory;
     c.placement.device = o_.memory == HVD_MEMORY_CUDA ? device_ : -1;
+    if (collective == Collective::kAlltoall) {
+      c.send_counts.assign(static_cast<size_t>(comm_.size()), count);
+    }
     if (placement == 0) {
       c.send = send_.data();
     } else if (collective == Collective::kAllgather) {
@@ -158,13 +182,28 @@ class Runner {
     return c;
   }
 
+  // Elements of one call's result on each rank (and of its input, `input` true).
+  uint64_t elements(const CollectiveCall& c, bool input) const {
+    const uint64_t n = static_cast<uint64_t>(comm_.size());
+    switch (c.collective) {
+      case Collective::kAllgather:
+        return input ? c.count : c.count * n;
+      case Collective::kReduceScatter:
+        return input ? c.count * n : c.count;
+      case Collective::kAlltoall:
+        return c.count * n;
+      default:
+        return c.count;
+    }
+  }
+
   // Fill the call's inputs (and poison its outputs); compute what it must produce.
   Status prepare(const CollectiveCall& c, bool in_place) {
     const size_t element = hvd_dtype_size(c.dtype);
     const size_t bytes = c.count * element;
     const int n = comm_.size();
     const int rank = comm_.rank();
-    const size_t result_bytes = c.collective == Collective::kAllgather ? bytes * n : bytes;
+    const size_t result_bytes = elements(c, false) * element;
     std::memset(staging_.data(), kPoison, result_bytes);
     HVD_RETURN_IF_ERROR(recv_.upload(staging_.data(), result_bytes));
     char* input = staging_.data();
@@ -184,10 +223,27 @@ class Runner {
         std::memcpy(expected_.data(), input, bytes);
         if (rank != c.root && in_place) return Status::success();  // its input is the poison
         break;
+      case Collective::kReduceScatter: {
+        // The allreduce's data over count x ranks elements; this rank keeps its block.
+        const uint64_t total = c.count * static_cast<uint64_t>(n);
+        fill_allreduce_input(input, total, c.dtype, c.op, rank, n);
+        expected_allreduce(expected_.data(), total, c.dtype, c.op, n);
+        std::memmove(expected_.data(), expected_.data() + static_cast<size_t>(rank) * bytes, bytes);
+        break;
+      }
+      case Collective::kAlltoall:
+        // Block d of rank s's input, which d receives as its block s: a pattern of (s, d) alone.
+        for (int d = 0; d < n; ++d) {
+          fill_block(input + static_cast<size_t>(d) * bytes, c.count, c.dtype, rank * n + d);
+          fill_block(expected_.data() + static_cast<size_t>(d) * bytes, c.count, c.dtype,
+                     d * n + rank);
+        }
+        break;
     }
-    if (!in_place) return send_.upload(input, bytes);
+    const size_t input_bytes = elements(c, true) * element;
+    if (!in_place) return send_.upload(input, input_bytes);
     const size_t offset = static_cast<const char*>(c.send) - recv_.data();
-    return recv_.upload(input, bytes, offset);
+    return recv_.upload(input, input_bytes, offset);
   }
 
   // Run `call` once on fresh inputs; the wrong elements summed over the ranks.
@@ -195,12 +251,8 @@ class Runner {
     HVD_RETURN_IF_ERROR(prepare(c, in_place));
     HVD_RETURN_IF_ERROR(call());
     HVD_RETURN_IF_ERROR(synchronize(o_.memory));
-    const size_t bytes = c.count * hvd_dtype_size(c.dtype);
-    const size_t result_bytes =
-        c.collective == Collective::kAllgather ? bytes * comm_.size() : bytes;
-    HVD_RETURN_IF_ERROR(recv_.download(staging_.data(), result_bytes));
-    const uint64_t result_count =
-        c.collective == Collective::kAllgather ? c.count * comm_.size() : c.count;
+    const uint64_t result_count = elements(c, false);
+    HVD_RETURN_IF_ERROR(recv_.download(staging_.data(), result_count * hvd_dtype_size(c.dtype)));
     int64_t wrong =
         static_cast<int64_t>(count_wrong(staging_.data(), expected_.data(), result_count, c.dtype));
     HVD_RETURN_IF_ERROR(comm_.allreduce(&wrong, &wrong, 1, HVD_SUM));
@@ -243,10 +295,14 @@ class Runner {
     return synchronize(o_.memory);
   }
 
-  // Elements each rank sends for a message of `size` bytes (for allgather, the gathered size).
+  // hvd's count argument for a message of `size` bytes (nccl-tests' size: allgather's gathered
+  // output, reduce_scatter's input and alltoall's send buffer, each count x ranks elements).
   uint64_t per_rank_count(Collective collective, hvd_dtype dtype, uint64_t size) const {
     const uint64_t element = hvd_dtype_size(dtype);
-    return size / (collective == Collective::kAllgather ? element * comm_.size() : element);
+    const bool split = collective == Collective::kAllgather ||
+                       collective == Collective::kReduceScatter ||
+                       collective == Collective::kAlltoall;
+    return size / (split ? element * comm_.size() : element);
   }
 
   Status measure(Collective collective, hvd_dtype dtype, std::optional<hvd_reduce_op> op,
@@ -254,7 +310,10 @@ class Runner {
     const int n = comm_.size();
     const size_t element = hvd_dtype_size(dtype);
     const uint64_t count = per_rank_count(collective, dtype, size);
-    const uint64_t result_count = collective == Collective::kAllgather ? count * n : count;
+    const bool split = collective == Collective::kAllgather ||
+                       collective == Collective::kReduceScatter ||
+                       collective == Collective::kAlltoall;
+    const uint64_t result_count = split ? count * n : count;  // the row's size, in elements
     const uint64_t result_size = result_count * element;
     const bool with_direct = direct_ != nullptr;
 
@@ -267,7 +326,8 @@ class Runner {
     if (o_.latency) return measure_latency(collective, message, count);
     Row row;
     static_cast<Message&>(row) = message;
-    for (int p = 0; p < 2; ++p) {
+    const int placements = has_in_place(collective) ? 2 : 1;
+    for (int p = 0; p < placements; ++p) {
       const CollectiveCall c = make_call(collective, dtype, op.value_or(HVD_SUM), count, p);
       const Call through_hvd = [&] { return run_through_hvd(comm_, c); };
       std::string unsupported = with_direct ? direct_->unsupported(c) : "not asked";
@@ -397,8 +457,13 @@ class Runner {
 
 class Bench {
  public:
-  Bench(const Options& options, bool printing)
-      : o_(options), env_(core::process_env()), report_(options, printing), printing_(printing) {}
+  // `printer`: the job rank that prints and writes the JSON (this process: `printing`).
+  Bench(const Options& options, int printer, bool printing)
+      : o_(options),
+        env_(core::process_env()),
+        report_(options, printing),
+        printer_(printer),
+        printing_(printing) {}
 
   int run() {
     std::vector<std::string> backends = o_.backends;
@@ -540,7 +605,7 @@ class Bench {
     HVD_ASSIGN_OR_RETURN(job.hosts, host_names(comm));
     // One rank measures while the others wait: two measuring at once would share the cores.
     PhysicalLimits limits;
-    if (comm.rank() == 0) limits = measure_limits(device);
+    if (comm.rank() == printer_) limits = measure_limits(device);
     HVD_RETURN_IF_ERROR(comm.barrier());
     report_.header(job, limits);
     header_done_ = true;
@@ -557,6 +622,12 @@ class Bench {
       report_.skip(comm.backend(), "takes host memory only (--mem cuda asked for device buffers)");
       return Status::success();
     }
+    if (!o_.process_set.empty()) return run_process_set(comm, name, device);
+    return run_tables(comm, name, device);
+  }
+
+  // Every table of this backend on `comm` (the job's communicator, or a process set's).
+  Status run_tables(Comm& comm, const std::string& name, int device) {
     std::unique_ptr<DirectLibrary> direct;
     if (o_.baseline) {
       Result<std::unique_ptr<DirectLibrary>> opened = open_direct(comm);
@@ -576,31 +647,145 @@ class Bench {
       HVD_ASSIGN_OR_RETURN(Comm opened, init_with_check_args(name, "1"));
       checked.emplace(std::move(opened));
     }
+    const Result<core::Plugin> plugin =
+        core::resolve_backend(comm.backend(), core::plugin_search_path(env_));
     for (Collective collective : o_.collectives) {
       TableInfo table;
       table.backend = comm.backend();
-      table.backend_version = backend_version(comm.backend());
+      table.backend_version = plugin.ok() ? plugin->version : "";
       table.transport = transport_of(comm.backend(), env_);
       table.collective = collective;
+      table.ranks = comm.size();
+      if (plugin.ok()) table.path = path_of(collective, *plugin);
       if (direct) table.direct_call = direct->call_name(collective);
       table.check_args = checked.has_value();
       report_.begin_table(table);
       Runner runner(o_, comm, report_, direct.get(), checked ? &*checked : nullptr, device);
-      HVD_RETURN_IF_ERROR(runner.run(collective));
+      std::string skipped;
+      HVD_RETURN_IF_ERROR(runner.run(collective, &skipped));
+      if (!skipped.empty()) {
+        report_.skip_table(skipped);
+        continue;
+      }
       report_.end_table();
     }
     return checked ? checked->finalize() : Status::success();
   }
 
-  std::string backend_version(const std::string& name) const {
-    Result<core::Plugin> plugin = core::resolve_backend(name, core::plugin_search_path(env_));
-    return plugin.ok() ? plugin->version : "";
+  // --process-set: the tables on a process set of the job's ranks, the other ranks waiting.
+  //
+  // Those wait for the members' word in a get on a store of the benchmark's own (rank 0 serves
+  // it), a blocking read on a TCP socket: not in an hvd collective on the job's communicator,
+  // which HVD_TIMEOUT would bound (a run may take hours) and which some backends spin in (Open
+  // MPI polls), taking the CPUs the members are measured on. --idle-timeout bounds the wait.
+  Status run_process_set(Comm& job, const std::string& name, int device) {
+    for (int r : o_.process_set) {
+      if (r >= job.size()) {
+        return error(HVD_ERR_INVALID_ARGUMENT, "--process-set: rank " + std::to_string(r) +
+                                                   " is not in this job of " +
+                                                   std::to_string(job.size()) + " ranks");
+      }
+    }
+    core::World world;
+    world.rank = job.rank();
+    world.size = job.size();
+    world.local_rank = job.local_rank();
+    world.local_size = job.local_size();
+    HVD_ASSIGN_OR_RETURN(core::SharedRendezvous rendezvous,
+                         core::share_rendezvous(world, env_, [&](void* record, size_t size) {
+                           return job.broadcast(record, record, size, HVD_UINT8, 0);
+                         }));
+    HVD_ASSIGN_OR_RETURN(std::chrono::milliseconds timeout, core::timeout_from_env(env_));
+    HVD_ASSIGN_OR_RETURN(
+        auto store, core::TcpStoreClient::connect(rendezvous.address, rendezvous.secret, timeout));
+    Result<Comm> made = job.process_set(o_.process_set);
+    if (!made.ok()) {
+      if (made.status().code() != HVD_ERR_UNSUPPORTED) return made.status();
+      report_.skip(job.backend(), "hvd_comm_create_process_set: " + made.status().message());
+      return Status::success();
+    }
+    Comm set = std::move(made).value();
+    IdleWait idle;
+    idle.members = static_cast<int>(o_.process_set.size());
+    idle.waiting = job.size() - idle.members;
+    if (set) {
+      std::string ranks;
+      for (int r : o_.process_set) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+      report_.note("Process set: job ranks " + ranks + " of " + std::to_string(job.size()) +
+                   " (hvd_comm_create_process_set); busbw counts its " +
+                   std::to_string(set.size()) + " ranks; the other " +
+                   std::to_string(idle.waiting) +
+                   " wait in a blocking read on a TCP socket (see their CPU time below)");
+      Status s = run_tables(set, name, device);
+      // The waiting ranks learn the outcome whatever it is: each member's word, in turn.
+      const std::string word = s.ok() ? "ok" : s.to_string();
+      const Status told = store->set("hvd-bench/done/" + std::to_string(set.rank()),
+                                     core::Bytes(word.begin(), word.end()));
+      if (!s.ok()) return s;
+      HVD_RETURN_IF_ERROR(told);
+      HVD_RETURN_IF_ERROR(set.finalize());
+    } else {
+      const auto wall0 = Clock::now();
+      const double cpu0 = process_cpu_seconds();
+      const auto limit = std::chrono::milliseconds(
+          static_cast<int64_t>(std::ceil(o_.idle_timeout_seconds * 1000)));
+      for (int r = 0; r < idle.members; ++r) {
+        Result<core::Bytes> word = store->get("hvd-bench/done/" + std::to_string(r), limit);
+        if (!word.ok()) {
+          return error(word.status().code(), "waiting for the process set (--idle-timeout " +
+                                                 seconds_text(o_.idle_timeout_seconds) +
+                                                 "): " + word.status().message());
+        }
+        const std::string text(word->begin(), word->end());
+        if (text != "ok") {
+          return error(HVD_ERR_REMOTE,
+                       "the process set's rank " + std::to_string(r) + " failed: " + text);
+        }
+      }
+      idle.wall_seconds = std::chrono::duration<double>(Clock::now() - wall0).count();
+      idle.cpu_seconds = process_cpu_seconds() - cpu0;
+    }
+    // The waiting ranks' figures to the printer: the longest wait and the most CPU.
+    double most[2] = {idle.wall_seconds, idle.cpu_seconds};
+    HVD_RETURN_IF_ERROR(job.allreduce(most, most, 2, HVD_MAX));
+    idle.wall_seconds = most[0];
+    idle.cpu_seconds = most[1];
+    report_.idle(idle);
+    return Status::success();
+  }
+
+  static double process_cpu_seconds() {
+    struct rusage usage {};
+    ::getrusage(RUSAGE_SELF, &usage);
+    auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  }
+
+  static std::string seconds_text(double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g s", seconds);
+    return text;
+  }
+
+  // How hvd runs `collective` on this backend, where hvd has a fallback.
+  static std::string path_of(Collective collective, const core::Plugin& plugin) {
+    if (collective == Collective::kReduceScatter) {
+      return (plugin.capabilities & HVD_CAP_REDUCE_SCATTER) != 0
+                 ? "the backend's reduce_scatter"
+                 : "hvd's fallback: an allreduce of all count x ranks elements";
+    }
+    if (collective == Collective::kAlltoall) {
+      return plugin.alltoall != nullptr ? "the backend's alltoall"
+                                        : "hvd's fallback: one broadcast per rank";
+    }
+    return "";
   }
 
   const Options& o_;
   core::EnvLookup env_;
   Report report_;
   bool header_done_ = false;
+  int printer_;
   bool printing_;
 };
 
@@ -618,8 +803,13 @@ int main(int argc, char** argv) {
     std::fputs(usage_text(), stdout);
     return 0;
   }
-  // The rank is known before any communicator exists, so skips are printed once, by rank 0.
+  // The rank is known before any communicator exists, so skips are printed once: by rank 0, or
+  // by a process set's first rank, which has the results.
   hvd::Result<hvd::core::World> world = hvd::core::discover_world(hvd::core::process_env());
-  const bool printing = world.ok() && world->rank == 0;
-  return Bench(*options, printing).run();
+  int printer = 0;
+  if (!options->process_set.empty() && world.ok() && options->process_set.front() < world->size) {
+    printer = options->process_set.front();
+  }
+  const bool printing = world.ok() && world->rank == printer;
+  return Bench(*options, printer, printing).run();
 }

@@ -1,5 +1,6 @@
 #include "options.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -27,7 +28,9 @@ constexpr Named kOps[] = {{"sum", HVD_SUM},        {"prod", HVD_PRODUCT}, {"min"
                           {"average", HVD_AVERAGE}};
 constexpr Named kCollectives[] = {{"allreduce", static_cast<int>(Collective::kAllreduce)},
                                   {"allgather", static_cast<int>(Collective::kAllgather)},
-                                  {"broadcast", static_cast<int>(Collective::kBroadcast)}};
+                                  {"broadcast", static_cast<int>(Collective::kBroadcast)},
+                                  {"reduce_scatter", static_cast<int>(Collective::kReduceScatter)},
+                                  {"alltoall", static_cast<int>(Collective::kAlltoall)}};
 
 Status usage_error(const std::string& why) {
   return error(HVD_ERR_INVALID_ARGUMENT, why + " (see hvd-bench --help)");
@@ -126,9 +129,19 @@ const char* collective_name(Collective c) {
       return "allgather";
     case Collective::kBroadcast:
       return "broadcast";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAlltoall:
+      return "alltoall";
   }
   return "?";
 }
+
+bool reduces(Collective c) {
+  return c == Collective::kAllreduce || c == Collective::kReduceScatter;
+}
+
+bool has_in_place(Collective c) { return c != Collective::kAlltoall; }
 
 const char* type_name(hvd_dtype dtype) {
   for (const Named& n : kTypes) {
@@ -153,12 +166,20 @@ const char* usage_text() {
          "  -c, --check 0|1         check every result outside the timed loop (default 1)\n"
          "  -d, --datatype T        float, half, bfloat16, double, int8, uint8, int32, int64,\n"
          "                          a list or 'all' (default float)\n"
-         "  -o, --op OP             sum, prod, min, max, avg, a list or 'all' (default sum)\n"
+         "  -o, --op OP             sum, prod, min, max, avg, a list or 'all' (default sum;\n"
+         "                          allreduce and reduce_scatter)\n"
          "  -r, --root R            broadcast root (default 0)\n"
          "  -J, --output_file FILE  write the results as JSON\n"
          "hvd's:\n"
-         "  -C, --collective C      allreduce, allgather, broadcast, a list or 'all'\n"
-         "                          (default allreduce)\n"
+         "  -C, --collective C      allreduce, allgather, broadcast, reduce_scatter, alltoall,\n"
+         "                          a list or 'all' (default allreduce). SIZE is nccl-tests':\n"
+         "                          allreduce, broadcast: the buffer; allgather: the gathered\n"
+         "                          output; reduce_scatter: each rank's input (count x ranks\n"
+         "                          elements, count of them its result); alltoall: each\n"
+         "                          rank's send buffer, split evenly among the ranks (no\n"
+         "                          in-place form). busbw = algbw x 2(n-1)/n for allreduce,\n"
+         "                          (n-1)/n for allgather, reduce_scatter and alltoall, 1 for\n"
+         "                          broadcast\n"
          "  --backend NAME          a backend, a list, or 'all' (every backend found), run one\n"
          "                          after another in this job (default: HVD_BACKEND, or gloo)\n"
          "  --baseline              time the library directly beside hvd (MPI_Allreduce, the\n"
@@ -174,6 +195,12 @@ const char* usage_text() {
          "  --tensor-bytes S        bytes per tensor in the fusion mode (default 4K)\n"
          "  --mem host|cuda         where the buffers live (default host)\n"
          "  --timeout SECONDS       bound on every wait (default HVD_TIMEOUT)\n"
+         "  --process-set R,R,...   run on a process set of these job ranks (a child of the\n"
+         "                          job's communicator, hvd_comm_create_process_set); busbw\n"
+         "                          counts its ranks. The other ranks wait for it in a\n"
+         "                          blocking read on a TCP socket, not in an hvd call: they\n"
+         "                          use no CPU, and no HVD_TIMEOUT runs while they wait\n"
+         "  --idle-timeout SECONDS  bound on that wait (default 86400)\n"
          "  -h, --help              this text\n";
 }
 
@@ -255,7 +282,7 @@ Result<Options> parse_options(int argc, char** argv) {
       });
     } else if (arg == "-C" || arg == "--collective") {
       s = take([&](const std::string& v) -> Status {
-        HVD_ASSIGN_OR_RETURN(o.collectives, parse_names<Collective>("-C", v, kCollectives, 3));
+        HVD_ASSIGN_OR_RETURN(o.collectives, parse_names<Collective>("-C", v, kCollectives, 5));
         return Status::success();
       });
     } else if (arg == "-r" || arg == "--root") {
@@ -288,6 +315,25 @@ Result<Options> parse_options(int argc, char** argv) {
     } else if (arg == "--timeout") {
       s = take([&](const std::string& v) -> Status {
         HVD_ASSIGN_OR_RETURN(o.timeout_seconds, parse_double("--timeout", v, 0.001));
+        return Status::success();
+      });
+    } else if (arg == "--process-set") {
+      s = take([&](const std::string& v) -> Status {
+        o.process_set.clear();
+        for (const std::string& item : core::split(v, ',')) {
+          HVD_ASSIGN_OR_RETURN(long r, parse_int("--process-set", item, 0, 1 << 30));
+          o.process_set.push_back(static_cast<int>(r));
+        }
+        std::sort(o.process_set.begin(), o.process_set.end());
+        if (o.process_set.empty()) return usage_error("--process-set needs ranks");
+        if (std::adjacent_find(o.process_set.begin(), o.process_set.end()) != o.process_set.end()) {
+          return usage_error("--process-set: '" + v + "' names a rank twice");
+        }
+        return Status::success();
+      });
+    } else if (arg == "--idle-timeout") {
+      s = take([&](const std::string& v) -> Status {
+        HVD_ASSIGN_OR_RETURN(o.idle_timeout_seconds, parse_double("--idle-timeout", v, 0.001));
         return Status::success();
       });
     } else if (arg == "--baseline") {
@@ -325,6 +371,10 @@ Result<Options> parse_options(int argc, char** argv) {
   }
   if (o.check_args && (o.latency || o.tensors > 0)) {
     return usage_error("--check-args times the bandwidth table: not with --latency or --tensors");
+  }
+  if (!o.process_set.empty() && (o.check_args || o.tensors > 0)) {
+    return usage_error("--process-set runs the bandwidth and latency tables: not with " +
+                       std::string(o.check_args ? "--check-args" : "--tensors"));
   }
   if (o.latency) {
     if (!o.iters_given) o.iters = 0;  // per size: OSU's 1000 / 100

@@ -11,8 +11,11 @@
 
 namespace hvd::bench {
 
-enum class Collective { kAllreduce, kAllgather, kBroadcast };
-const char* collective_name(Collective c);  // "allreduce"
+enum class Collective { kAllreduce, kAllgather, kBroadcast, kReduceScatter, kAlltoall };
+const char* collective_name(Collective c);  // "allreduce", "reduce_scatter"
+// Whether a collective reduces (takes -o), and whether it has an in-place form.
+bool reduces(Collective c);
+bool has_in_place(Collective c);
 
 struct Options {
   std::vector<Collective> collectives = {Collective::kAllreduce};
@@ -37,6 +40,10 @@ struct Options {
   hvd_memory_type memory = HVD_MEMORY_HOST;
   std::string json_path;  // -J
   double timeout_seconds = 0;
+  // --process-set: the benchmark runs on a child of the job's communicator over these job ranks
+  // (increasing, distinct); the other ranks wait without spinning, bounded by idle_timeout.
+  std::vector<int> process_set;
+  double idle_timeout_seconds = 24 * 3600;
   std::string command_line;  // for the report
   bool help = false;
 };

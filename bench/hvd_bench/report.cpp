@@ -95,13 +95,15 @@ std::string json_array(const std::vector<std::string>& items, const char* separa
 
 }  // namespace
 
-double Report::busbw_factor(Collective c) const {
-  const double n = job_.ranks;
-  if (job_.ranks <= 1) return NAN;  // no bus at one rank: N/A, as nccl-tests' convention asks
-  switch (c) {
+double Report::busbw_factor(const TableInfo& table) const {
+  const double n = table.ranks;
+  if (table.ranks <= 1) return NAN;  // no bus at one rank: N/A, as nccl-tests' convention asks
+  switch (table.collective) {
     case Collective::kAllreduce:
       return 2 * (n - 1) / n;
     case Collective::kAllgather:
+    case Collective::kReduceScatter:
+    case Collective::kAlltoall:
       return (n - 1) / n;
     case Collective::kBroadcast:
       return 1;
@@ -149,9 +151,29 @@ void Report::header(const JobInfo& job, const PhysicalLimits& limits) {
 }
 
 void Report::skip(const std::string& backend, const std::string& why) {
-  skipped_.emplace_back(backend, why);
+  skipped_.push_back(Skipped{backend, "", why});
   if (!printing_) return;
   std::printf("# Backend %s: skipped: %s\n#\n", backend.c_str(), why.c_str());
+  std::fflush(stdout);
+}
+
+void Report::skip_table(const std::string& why) {
+  const TableInfo info = tables_.back().info;
+  tables_.pop_back();
+  skipped_.push_back(Skipped{info.backend, collective_name(info.collective), why});
+  if (!printing_) return;
+  std::printf("# skipped: %s\n#\n", why.c_str());
+  std::fflush(stdout);
+}
+
+void Report::idle(const IdleWait& wait) {
+  idle_ = wait;
+  if (!printing_ || wait.waiting == 0) return;
+  std::printf(
+      "# The %d rank%s outside the process set waited up to %.2f s and used at most %.3f s of "
+      "CPU meanwhile (%.2f %% of one core)\n#\n",
+      wait.waiting, wait.waiting == 1 ? "" : "s", wait.wall_seconds, wait.cpu_seconds,
+      wait.wall_seconds > 0 ? 100 * wait.cpu_seconds / wait.wall_seconds : 0.0);
   std::fflush(stdout);
 }
 
@@ -166,6 +188,8 @@ void Report::begin_table(const TableInfo& table) {
   if (!printing_) return;
   std::printf("# Backend %s %s over %s: %s", table.backend.c_str(), table.backend_version.c_str(),
               table.transport.c_str(), collective_name(table.collective));
+  if (!table.path.empty()) std::printf(" (%s)", table.path.c_str());
+  if (table.ranks != job_.ranks) std::printf(" on a process set of %d ranks", table.ranks);
   if (!table.direct_call.empty()) std::printf("; baseline: %s", table.direct_call.c_str());
   std::printf("\n#\n");
   const bool direct = !table.direct_call.empty();
@@ -223,11 +247,17 @@ void Report::row(const Row& r) {
     if (t && t->wrong && *t->wrong > 0) any_wrong_ = true;
   }
   if (!printing_) return;
-  const double factor = busbw_factor(table.info.collective);
+  const double factor = busbw_factor(table.info);
   std::printf("  %10llu  %12llu  %8s  %6s  %6d", static_cast<unsigned long long>(r.size),
               static_cast<unsigned long long>(r.count), type_name(r.dtype),
               r.op ? hvd_reduce_op_name(*r.op) : "none", r.root);
-  for (const Timing& t : r.hvd) {
+  const int placements = has_in_place(table.info.collective) ? 2 : 1;
+  for (int p = 0; p < 2; ++p) {
+    if (p >= placements) {
+      std::printf("  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+      continue;
+    }
+    const Timing& t = r.hvd[p];
     const double algbw = r.size / t.seconds / 1e9;
     std::printf("  %7s  %6.2f  %6s  %6s", time_text(t.seconds * 1e6).c_str(), algbw,
                 std::isnan(factor) ? "N/A" : number(algbw * factor).c_str(),
@@ -309,12 +339,13 @@ void Report::end_table() {
               checked ? (std::to_string(wrong) + (wrong ? " FAILED" : " OK")).c_str()
                       : "N/A (not checked: -c 0)");
   if (!options_.latency) {
-    const double factor = busbw_factor(table.info.collective);
+    const double factor = busbw_factor(table.info);
+    const int placements = has_in_place(table.info.collective) ? 2 : 1;
     double sum = 0;
     int n = 0;
     std::vector<double> ratios_large, ratios_all;
     for (const Row& r : table.rows) {
-      for (int p = 0; p < 2; ++p) {
+      for (int p = 0; p < placements; ++p) {
         sum += r.size / r.hvd[p].seconds / 1e9 * factor;
         ++n;
         if (r.direct[p]) {
@@ -445,13 +476,15 @@ Status Report::write_json(const std::string& path) const {
   };
   std::vector<std::string> results;
   for (const Table& table : tables_) {
-    const double factor = busbw_factor(table.info.collective);
+    const double factor = busbw_factor(table.info);
     auto common = [&](JsonObject& o, const Message& m) {
       o.str("backend", table.info.backend)
           .str("backend_version", table.info.backend_version)
           .str("transport", table.info.transport)
           .str("collective", collective_name(table.info.collective))
-          .integer("size", static_cast<int64_t>(m.size))
+          .integer("ranks", table.info.ranks);
+      if (!table.info.path.empty()) o.str("path", table.info.path);
+      o.integer("size", static_cast<int64_t>(m.size))
           .integer("count", static_cast<int64_t>(m.count))
           .str("type", type_name(m.dtype))
           .str("redop", m.op ? hvd_reduce_op_name(*m.op) : "none")
@@ -460,8 +493,8 @@ Status Report::write_json(const std::string& path) const {
     for (const Row& r : table.rows) {
       JsonObject o;
       common(o, r);
-      o.add("out_of_place", timing(r.hvd[0], r.size, factor))
-          .add("in_place", timing(r.hvd[1], r.size, factor));
+      o.add("out_of_place", timing(r.hvd[0], r.size, factor));
+      if (has_in_place(table.info.collective)) o.add("in_place", timing(r.hvd[1], r.size, factor));
       if (!table.info.direct_call.empty()) {
         JsonObject d;
         d.str("call", table.info.direct_call);
@@ -541,8 +574,11 @@ Status Report::write_json(const std::string& path) const {
   }
   std::vector<std::string> hosts, skipped;
   for (const std::string& h : job_.hosts) hosts.push_back(json_string(h));
-  for (const auto& [backend, why] : skipped_) {
-    skipped.push_back(JsonObject().str("backend", backend).str("reason", why).text());
+  for (const Skipped& k : skipped_) {
+    JsonObject o;
+    o.str("backend", k.backend);
+    if (!k.collective.empty()) o.str("collective", k.collective);
+    skipped.push_back(o.str("reason", k.reason).text());
   }
   JsonObject limits;
   limits.num("memcpy_GBps", limits_.memcpy_gbps)
@@ -568,8 +604,21 @@ Status Report::write_json(const std::string& path) const {
       .str("version", job_.hvd_version)
       .str("command", o.command_line)
       .integer("ranks", job_.ranks)
-      .add("hosts", json_array(hosts))
-      .add("settings", settings.text())
+      .add("hosts", json_array(hosts));
+  if (!o.process_set.empty()) {
+    std::vector<std::string> ranks;
+    for (int r : o.process_set) ranks.push_back(std::to_string(r));
+    top.add("process_set", json_array(ranks));
+  }
+  if (idle_) {
+    top.add("idle", JsonObject()
+                        .integer("members", idle_->members)
+                        .integer("waiting", idle_->waiting)
+                        .num("wait_s", idle_->wall_seconds)
+                        .num("cpu_s", idle_->cpu_seconds)
+                        .text());
+  }
+  top.add("settings", settings.text())
       .add("limits", limits.text())
       .add("results", json_array(results, ",\n  "))
       .add("skipped", json_array(skipped));

@@ -26,6 +26,8 @@ struct TableInfo {
   std::string backend_version;
   std::string transport;  // what the backend's bytes travel on, as far as hvd-bench can tell
   Collective collective = Collective::kAllreduce;
+  int ranks = 0;            // of the communicator measured (a process set's, with --process-set)
+  std::string path;         // how hvd runs it, where it has a fallback ("hvd's fallback: ...")
   std::string direct_call;  // "MPI_Allreduce"; empty without --baseline (or without one)
   bool check_args = false;  // --check-args: rows carry `checked`
 };
@@ -41,7 +43,8 @@ struct Timing {
 
 // The message one row measured.
 struct Message {
-  uint64_t size = 0;   // bytes per rank's result (allgather: the gathered size)
+  uint64_t size = 0;   // nccl-tests' size: the buffer; allgather's output; reduce_scatter's
+                       // input; alltoall's send buffer (count x ranks elements for those three)
   uint64_t count = 0;  // elements in those bytes
   hvd_dtype dtype = HVD_FLOAT32;
   std::optional<hvd_reduce_op> op;  // allreduce only
@@ -49,7 +52,7 @@ struct Message {
 };
 
 struct Row : Message {
-  Timing hvd[2];                    // [0] out of place, [1] in place
+  Timing hvd[2];                    // [0] out of place, [1] in place (not for alltoall)
   std::optional<Timing> direct[2];  // absent without a baseline, or where it cannot run
   std::string direct_unsupported;   // why not, then
   // --check-args: the same call on a communicator opened with HVD_CHECK_ARGS=1, timed call by
@@ -71,12 +74,23 @@ struct LatencyRow : Message {
   std::optional<uint64_t> wrong;
 };
 
+// --process-set: how the ranks outside the set waited (the most of any of them).
+struct IdleWait {
+  int members = 0;
+  int waiting = 0;
+  double wall_seconds = 0;
+  double cpu_seconds = 0;  // the process's user + system time over the wait, every thread
+};
+
 class Report {
  public:
   Report(const Options& options, bool printing) : options_(options), printing_(printing) {}
 
   void header(const JobInfo& job, const PhysicalLimits& limits);
   void skip(const std::string& backend, const std::string& why);
+  // The table begun last has no rows: the host or backend has no such call (`why`).
+  void skip_table(const std::string& why);
+  void idle(const IdleWait& wait);
   void note(const std::string& line);  // a "# ..." line, printed only
 
   void begin_table(const TableInfo& table);
@@ -96,7 +110,10 @@ class Report {
     std::vector<Row> rows;
     std::vector<LatencyRow> latency;
   };
-  double busbw_factor(Collective c) const;
+  double busbw_factor(const TableInfo& table) const;
+  struct Skipped {
+    std::string backend, collective, reason;
+  };
 
   const Options& options_;
   bool printing_;
@@ -105,7 +122,8 @@ class Report {
   PhysicalLimits limits_;
   std::vector<Table> tables_;
   std::vector<std::pair<std::string, FusionResult>> fusion_;
-  std::vector<std::pair<std::string, std::string>> skipped_;
+  std::vector<Skipped> skipped_;
+  std::optional<IdleWait> idle_;
 };
 
 }  // namespace hvd::bench
