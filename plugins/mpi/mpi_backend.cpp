@@ -2,20 +2,28 @@
 //
 // It finds its peers through MPI itself (HVD_CAP_SELF_BOOTSTRAP): under mpirun no rendezvous
 // variable is needed. It initializes MPI only if the application has not (and then finalizes it
-// at process exit, so hvd may be initialized again), needs MPI_THREAD_SERIALIZED because hvd may
-// call from a background thread, and works on its own duplicate of MPI_COMM_WORLD so that it
-// never mixes with the application's MPI traffic.
+// at process exit, so hvd may be initialized again), and works on its own duplicate of
+// MPI_COMM_WORLD so that it never mixes with the application's MPI traffic. Child communicators
+// come from split (MPI_Comm_split of the parent's communicator).
+//
+// Threads: hvd calls a communicator from a background thread (its scheduler), so one communicator
+// needs MPI_THREAD_SERIALIZED; two communicators' schedulers call MPI from two threads at once, so
+// more than one needs MPI_THREAD_MULTIPLE. The plugin asks for MULTIPLE when it initializes MPI
+// itself (Debian's Open MPI 4.1 provides it); an application that initialized MPI with SERIALIZED
+// gets a world communicator, and split fails saying what to change.
 //
 // Every wait is bounded by the timeout init was given (HVD_TIMEOUT). MPI's blocking collectives
 // can be neither bounded nor interrupted, and its nonblocking ones (Open MPI's libnbc) cost far
 // more than the blocking ones (2 ranks, shared memory: 1.1-1.6 us against 0.7 us at 8 B, 1.5x at
 // 16 MiB). So the collectives are built here from nonblocking point-to-point messages, with the
 // algorithms of Open MPI's blocking collectives (recursive doubling and a ring for allreduce, a
-// binomial tree for broadcast, a ring for allgather, dissemination for the barrier), and every
-// round's messages are tested (MPI_Testsome) against the call's deadline: a stopped peer, or
-// ranks in different collectives (each kind has its own tag), is HVD_ERR_TIMEOUT naming the
-// ranks not heard from; a message of another length than expected is HVD_ERR_MISMATCH. abort()
-// sets a flag the test loop sees, and the call returns at once.
+// binomial tree for broadcast, a ring for allgather and for reduce-scatter, pairwise exchange for
+// alltoall, dissemination for the barrier), and every round's messages are tested (MPI_Testsome)
+// against the call's deadline: a stopped peer, or ranks in different collectives (each kind has
+// its own tag), is HVD_ERR_TIMEOUT naming the ranks not heard from; a message of another length
+// than expected is HVD_ERR_MISMATCH. abort() sets a flag the test loop sees, and the call returns
+// at once. The exceptions are init's MPI_Init_thread and split's MPI_Comm_split, which MPI offers
+// only blocking (split() says how it keeps that wait short).
 //
 // What MPI cannot do: cancel a send, or a receive that has begun to arrive. A call that ends early
 // (timeout, abort, mismatch) cancels its receives that have not begun and leaves the rest to
@@ -178,7 +186,16 @@ constexpr size_t kRingFromBytes = size_t{64} << 10;
 
 // Each collective's messages carry a tag of their own, so that ranks in different collectives
 // never take each other's messages for theirs: they time out instead.
-enum Tag : int { kTagAllreduce = 1, kTagBroadcast, kTagAllgather, kTagAllgatherv, kTagBarrier };
+enum Tag : int {
+  kTagAllreduce = 1,
+  kTagBroadcast,
+  kTagAllgather,
+  kTagAllgatherv,
+  kTagBarrier,
+  kTagReduceScatter,
+  kTagAlltoall,
+  kTagSplit
+};
 
 // One collective under way: what it is called in messages, its tag, its element type and size,
 // and when it started (its deadline is start + the timeout).
@@ -238,7 +255,7 @@ class MpiBackend {
       int finalized = 0;
       MPI_Finalized(&finalized);
       if (finalized) return Status(HVD_ERR_STATE, "MPI was already finalized in this process");
-      HVD_RETURN_IF_ERROR(check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+      HVD_RETURN_IF_ERROR(check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                                 "MPI_Init_thread"));
       if (!g_we_initialized_mpi) {
         g_we_initialized_mpi = true;
@@ -251,10 +268,11 @@ class MpiBackend {
       return Status(HVD_ERR_UNSUPPORTED,
                     std::string("MPI provides ") + thread_level_name(provided) +
                         " but hvd's mpi backend needs MPI_THREAD_SERIALIZED (hvd calls MPI from "
-                        "its own threads): initialize MPI with MPI_Init_thread(..., "
-                        "MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE, ...)");
+                        "its own threads), and MPI_THREAD_MULTIPLE for more than one "
+                        "communicator: initialize MPI with MPI_Init_thread(..., "
+                        "MPI_THREAD_MULTIPLE, ...)");
     }
-    auto self = std::unique_ptr<MpiBackend>(new MpiBackend(ctx.timeout));
+    auto self = std::unique_ptr<MpiBackend>(new MpiBackend(ctx.timeout, ctx.members));
     {
       // MPI_Comm_dup is collective: a rank that never comes would hold this one forever.
       const Call call{"MPI_Comm_idup", 0, MPI_BYTE, 1, Clock::now()};
@@ -285,8 +303,9 @@ class MpiBackend {
     if (abandoned_) keep_forever(std::move(scratch_));
   }
 
-  // The one call made from another thread while a call may run: it only sets the flag, since MPI
-  // was initialized MPI_THREAD_SERIALIZED and may not be entered concurrently.
+  // The one call made from another thread while a call may run: it only sets the flag, which the
+  // call's test loop sees (MPI may have been initialized MPI_THREAD_SERIALIZED, where it must not
+  // be entered concurrently).
   Status abort() {
     aborted_.store(true);
     return Status::success();
@@ -357,8 +376,135 @@ class MpiBackend {
     return Status::success();
   }
 
+  Status reduce_scatter(const hvd_collective_args& a) {
+    int count = 0;
+    HVD_RETURN_IF_ERROR(to_int(a.count, &count, "reduce_scatter"));
+    HVD_RETURN_IF_ERROR(usable("reduce_scatter"));
+    if (count == 0) return Status::success();
+    const size_t element = hvd_dtype_size(a.dtype);
+    if (size_ == 1) {
+      if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
+      return Status::success();  // an average over one rank is the value itself
+    }
+    const Call call{"reduce_scatter", kTagReduceScatter, mpi_type(a.dtype), element, Clock::now()};
+    HVD_RETURN_IF_ERROR(ring_reduce_scatter(call, static_cast<const char*>(a.sendbuf),
+                                            static_cast<char*>(a.recvbuf), count, a.dtype, a.op));
+    if (a.op == HVD_AVERAGE) hvd_divide(a.recvbuf, a.count, a.dtype, size_);
+    return Status::success();
+  }
+
+  // Pairwise exchange: in round k each rank sends its block for rank + k and receives the block
+  // of rank - k, so each round pairs every rank with one sender and one receiver. A pair whose
+  // count is 0 still exchanges an empty message: a rank that sends where its peer expects nothing
+  // is then a mismatch now, not a stray message that a later alltoall would take for its own.
+  Status alltoall(const hvd_collective_args& a) {
+    if (!HVD_HAS_FIELD(&a, hvd_collective_args, send_counts) || a.send_counts == nullptr ||
+        a.recv_counts == nullptr) {
+      return Status(HVD_ERR_INVALID_ARGUMENT,
+                    "alltoall: the call has no send_counts or no recv_counts");
+    }
+    const auto ranks = static_cast<size_t>(size_);
+    std::vector<int> send_counts(ranks), recv_counts(ranks);
+    std::vector<size_t> send_offsets(ranks), recv_offsets(ranks);
+    size_t send_total = 0;
+    size_t recv_total = 0;
+    for (size_t r = 0; r < ranks; ++r) {
+      HVD_RETURN_IF_ERROR(to_int(a.send_counts[r], &send_counts[r], "alltoall"));
+      HVD_RETURN_IF_ERROR(to_int(a.recv_counts[r], &recv_counts[r], "alltoall"));
+      send_offsets[r] = send_total;
+      recv_offsets[r] = recv_total;
+      send_total += a.send_counts[r];
+      recv_total += a.recv_counts[r];
+    }
+    HVD_RETURN_IF_ERROR(usable("alltoall"));
+    const size_t element = hvd_dtype_size(a.dtype);
+    const auto self = static_cast<size_t>(rank_);
+    if (send_counts[self] != recv_counts[self]) {
+      return Status(HVD_ERR_MISMATCH, "alltoall: rank " + std::to_string(rank_) + " sends itself " +
+                                          std::to_string(send_counts[self]) +
+                                          " elements but expects " +
+                                          std::to_string(recv_counts[self]));
+    }
+    const char* send_buf = static_cast<const char*>(a.sendbuf);
+    char* recv_buf = static_cast<char*>(a.recvbuf);
+    if (send_counts[self] > 0) {
+      std::memcpy(recv_buf + recv_offsets[self] * element, send_buf + send_offsets[self] * element,
+                  static_cast<size_t>(send_counts[self]) * element);
+    }
+    const Call call{"alltoall", kTagAlltoall, mpi_type(a.dtype), element, Clock::now()};
+    for (int step = 1; step < size_; ++step) {
+      const int to = peer_at(step);
+      const int from = peer_at(-step);
+      const auto t = static_cast<size_t>(to);
+      const auto f = static_cast<size_t>(from);
+      Round round;
+      HVD_RETURN_IF_ERROR(
+          recv(call, round, recv_buf + recv_offsets[f] * element, recv_counts[f], from));
+      HVD_RETURN_IF_ERROR(
+          send(call, round, send_buf + send_offsets[t] * element, send_counts[t], to));
+      HVD_RETURN_IF_ERROR(complete(call, round));
+    }
+    return Status::success();
+  }
+
+  // The child communicator `child` describes, by MPI_Comm_split of this one (color: the job rank
+  // of the child's rank 0; key: the rank in the child); a rank that joins none (child null) takes
+  // part with MPI_UNDEFINED and gets null.
+  //
+  // MPI_Comm_split is blocking and cannot be bounded or interrupted (MPI has no nonblocking
+  // split): with init, it is the one wait of this plugin that HVD_TIMEOUT and abort do not end.
+  // So that it is reached only when it will return, the ranks first gather each other's color,
+  // key and member list over this communicator with the bounded machinery of the collectives: a
+  // rank that does not come is HVD_ERR_TIMEOUT naming it, and ranks that describe the children
+  // differently fail alike with HVD_ERR_MISMATCH, before any rank enters MPI_Comm_split. What is
+  // left unbounded is a rank that dies between the two.
+  hvd::Result<std::unique_ptr<MpiBackend>> split(const hvd::sdk::InitContext* child) {
+    HVD_RETURN_IF_ERROR(usable("split"));
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE) {
+      return Status(HVD_ERR_UNSUPPORTED,
+                    std::string("split: MPI provides ") + thread_level_name(provided) +
+                        ", under which hvd's mpi backend can run one communicator only (two "
+                        "communicators' schedulers call MPI from two threads at once): the "
+                        "application must initialize MPI with MPI_Init_thread(..., "
+                        "MPI_THREAD_MULTIPLE, ...) to use more than one communicator");
+    }
+    // A child whose member list cannot be read still takes part in the agreement, which then
+    // fails on every rank.
+    const bool readable =
+        child == nullptr || (!child->members.empty() && child->members[0] >= 0 &&
+                             static_cast<int>(child->members.size()) == child->size);
+    const int color = child == nullptr ? MPI_UNDEFINED
+                      : readable       ? child->members[0]
+                                       : members_[static_cast<size_t>(rank_)];
+    const int key = child != nullptr ? child->rank : 0;
+    HVD_RETURN_IF_ERROR(agree_on_split(readable ? child : nullptr, color, key));
+
+    MPI_Comm made = MPI_COMM_NULL;
+    HVD_RETURN_IF_ERROR(check(MPI_Comm_split(comm_, color, key, &made), "split: MPI_Comm_split"));
+    if (child == nullptr) {
+      if (made != MPI_COMM_NULL) MPI_Comm_free(&made);
+      return std::unique_ptr<MpiBackend>();
+    }
+    auto self = std::unique_ptr<MpiBackend>(new MpiBackend(child->timeout, child->members));
+    self->comm_ = made;
+    MPI_Comm_set_errhandler(self->comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(self->comm_, &self->rank_);
+    MPI_Comm_size(self->comm_, &self->size_);
+    if (self->rank_ != child->rank || self->size_ != child->size) {
+      return Status(HVD_ERR_INTERNAL,
+                    "split: MPI_Comm_split made rank " + std::to_string(self->rank_) + " of " +
+                        std::to_string(self->size_) + " where hvd asked for rank " +
+                        std::to_string(child->rank) + " of " + std::to_string(child->size));
+    }
+    HVD_RETURN_IF_ERROR(self->half_ops_.create());
+    return self;
+  }
+
  private:
-  explicit MpiBackend(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+  MpiBackend(std::chrono::milliseconds timeout, std::vector<int> members)
+      : members_(std::move(members)), timeout_(timeout) {}
 
   // Whether a collective may start: not after abort, nor after a call abandoned messages (the
   // peers' side of that collective would meet this one's).
@@ -639,6 +785,104 @@ class MpiBackend {
     return Status::success();
   }
 
+  // Reduce-scatter around the ring: in step k each rank passes its right neighbour the partial
+  // reduction of block rank-k-1 (its own data at first) and folds its own data into the block
+  // from its left, so after size-1 steps each rank holds its block reduced over every rank, having
+  // sent (size-1)/size of the buffer. The SDK's kernels reduce (every dtype and op, vectorized).
+  Status ring_reduce_scatter(const Call& call, const char* send_buf, char* recv_buf, int count,
+                             hvd_dtype dtype, hvd_reduce_op op) {
+    const size_t bytes = static_cast<size_t>(count) * call.element;
+    char* const in = scratch(2 * bytes);
+    char* const out = in + bytes;  // what the next step sends
+    auto block = [&](int r) { return send_buf + static_cast<size_t>(peer_at(r - rank_)) * bytes; };
+    const int steps = size_ - 1;
+    for (int step = 0; step < steps; ++step) {
+      Round round;
+      HVD_RETURN_IF_ERROR(recv(call, round, in, count, peer_at(-1)));
+      HVD_RETURN_IF_ERROR(send(call, round, step == 0 ? block(rank_ - 1) : out, count, peer_at(1)));
+      HVD_RETURN_IF_ERROR(complete(call, round));
+      // The last step writes the result: every block but this rank's own has been sent or folded
+      // by then, so the result may take the first block of an in-place buffer.
+      const bool last = step == steps - 1;
+      const hvd_status s =
+          hvd_reduce(last ? recv_buf : out, in, block(last ? rank_ : rank_ - step - 2),
+                     static_cast<uint64_t>(count), dtype, op);
+      if (s != HVD_SUCCESS) {
+        return Status(s, std::string(call.name) + ": cannot reduce " + hvd_dtype_name(dtype) +
+                             " with " + hvd_reduce_op_name(op));
+      }
+    }
+    return Status::success();
+  }
+
+  // Before MPI_Comm_split: every rank's color, key and a hash of its child's member list,
+  // gathered over this communicator within the deadline. The ranks of one color must have keys
+  // 0..n-1 and, as members, the job ranks of the ranks that chose it in key order (the color being
+  // the first): every rank checks every color from the same data, so all fail alike or none does.
+  Status agree_on_split(const hvd::sdk::InitContext* child, int color, int key) {
+    constexpr int kWords = 4;  // color, key, member count, member hash (its low 31 bits)
+    std::array<int, kWords> mine{color, key, -1, 0};  // -1 members: none readable
+    if (child != nullptr) {
+      mine[2] = child->size;
+      mine[3] = hash_members(child->members);
+    }
+    const auto ranks = static_cast<size_t>(size_);
+    std::vector<int> all(ranks * kWords);
+    std::vector<int> counts(ranks, kWords), displs(ranks);
+    for (size_t r = 0; r < ranks; ++r) displs[r] = static_cast<int>(r) * kWords;
+    const Call call{"split", kTagSplit, MPI_INT, sizeof(int), Clock::now()};
+    HVD_RETURN_IF_ERROR(
+        ring_allgather(call, mine.data(), reinterpret_cast<char*>(all.data()), counts, displs));
+    auto word = [&](size_t r, int w) { return all[r * kWords + static_cast<size_t>(w)]; };
+    for (size_t r = 0; r < ranks; ++r) {
+      const int c = word(r, 0);
+      if (c == MPI_UNDEFINED) continue;
+      std::vector<int> expected;  // the job ranks of the ranks of color c, in key order
+      for (size_t q = 0; q < ranks; ++q) {
+        if (word(q, 0) != c) continue;
+        const int k = word(q, 1);
+        if (k < 0 || k >= static_cast<int>(ranks)) {
+          return split_mismatch(c, q, "a key out of range");
+        }
+        if (expected.size() <= static_cast<size_t>(k)) {
+          expected.resize(static_cast<size_t>(k) + 1, -1);
+        }
+        if (expected[static_cast<size_t>(k)] != -1) {
+          return split_mismatch(c, q, "a key taken twice");
+        }
+        expected[static_cast<size_t>(k)] = members_[q];
+      }
+      if (std::find(expected.begin(), expected.end(), -1) != expected.end()) {
+        return split_mismatch(c, r, "keys that leave a gap");
+      }
+      if (expected[0] != c || word(r, 2) != static_cast<int>(expected.size()) ||
+          word(r, 3) != hash_members(expected)) {
+        return split_mismatch(c, r, "a member list other than the ranks that chose its color");
+      }
+    }
+    return Status::success();
+  }
+
+  static Status split_mismatch(int color, size_t rank, const std::string& what) {
+    return Status(HVD_ERR_MISMATCH,
+                  "split: the ranks describe the child communicators differently: the child whose "
+                  "first member is job rank " +
+                      std::to_string(color) + " has " + what + " (as rank " + std::to_string(rank) +
+                      " of the parent describes it)");
+  }
+
+  // FNV-1a over a member list, kept to 31 bits so that it travels as a non-negative int.
+  static int hash_members(const std::vector<int>& members) {
+    uint32_t h = 2166136261u;
+    for (int m : members) {
+      for (int byte = 0; byte < 4; ++byte) {
+        h ^= (static_cast<uint32_t>(m) >> (8 * byte)) & 0xffu;
+        h *= 16777619u;
+      }
+    }
+    return static_cast<int>(h & 0x7fffffffu);
+  }
+
   Status allgatherv(const hvd_collective_args& a, size_t element) {
     std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
     uint64_t offset = 0;
@@ -654,6 +898,7 @@ class MpiBackend {
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::vector<int> members_;  // members_[r]: the job rank of communicator rank r
   int rank_ = 0;
   int size_ = 1;
   HalfOps half_ops_;
