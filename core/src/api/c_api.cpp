@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -39,6 +40,12 @@ struct CommState {
   std::atomic<uint64_t> blocking_calls{0};  // names blocking calls once they go through it
   bool check_args = false;                  // HVD_CHECK_ARGS: blocking calls compared first
   uint64_t checked_calls = 0;               // numbers them (the caller's thread only)
+
+  // Communicators from communicators: a child keeps its parent alive, and counts itself in
+  // while it lives (a parent with live children cannot be finalized).
+  std::shared_ptr<CommState> parent;
+  std::atomic<int> live_children{0};
+  std::vector<std::weak_ptr<CommState>> children;  // under scheduler_mutex: aborts reach them
 
   // How long a blocking hvd_* call may take, from its entry.
   Clock::duration limit() const { return impl->timeout() + Communicator::kMargin; }
@@ -171,6 +178,11 @@ hvd::Result<std::shared_ptr<hvd::core::Scheduler>> scheduler_of(CommState& c) {
   if (!c.scheduler) {
     const hvd::core::EnvLookup env = hvd::core::process_env();
     HVD_ASSIGN_OR_RETURN(auto options, hvd::core::SchedulerOptions::from_env(env));
+    if (c.parent && !options.timeline.empty()) {  // each communicator's rank 0 writes its own
+      char id[24];
+      std::snprintf(id, sizeof id, ".comm-%016llx", static_cast<unsigned long long>(c.impl->id()));
+      options.timeline += id;
+    }
     HVD_ASSIGN_OR_RETURN(Communicator * control, controller_locked(c, env));
     HVD_ASSIGN_OR_RETURN(c.scheduler,
                          hvd::core::Scheduler::start(*c.impl, *control, std::move(options)));
@@ -265,18 +277,28 @@ hvd_tensor tensor_of(hvd_collective collective, const char* name, const void* se
 // later one, and everything the scheduler holds, fails with it.
 void abort_comm(CommState& c, const hvd::Status& why) {
   c.impl->abort(why);
-  std::lock_guard<std::mutex> lock(c.scheduler_mutex);
-  if (c.controller) c.controller->abort(why);
+  std::vector<std::shared_ptr<CommState>> children;
+  {
+    std::lock_guard<std::mutex> lock(c.scheduler_mutex);
+    if (c.controller) c.controller->abort(why);
+    for (const auto& weak : c.children) {
+      if (auto child = weak.lock()) children.push_back(std::move(child));
+    }
+  }
+  for (const auto& child : children) abort_comm(*child, why);
 }
 
 // A blocking collective once the scheduler runs: submitted under a name every rank derives
 // alike (the n-th blocking call), then waited for, no longer than the call's limit from `entry`.
 // An alltoall's received counts go to `received` (its a.recv_counts is the recv buffer's
 // capacity then, one element).
+// With a task, the call is that task (run on the scheduler's thread in the call's place).
 hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
                               const hvd_collective_args& a, Clock::time_point entry,
-                              uint64_t* received = nullptr) {
+                              uint64_t* received = nullptr,
+                              std::function<hvd::Status()> task = {}) {
   Submission s;
+  s.task = std::move(task);
   s.name = "hvd.blocking." + std::to_string(c.blocking_calls++);
   s.send = a.sendbuf;
   s.recv = a.recvbuf;
@@ -563,6 +585,72 @@ hvd::Status finalize(const std::shared_ptr<CommState>& self) {
   return !backend.ok() ? backend : controller;
 }
 
+// This rank's child of `c` (null for no child) from every rank's record: the records gathered
+// over the carrier, then the backend's and the controller's children made. Calls the backends
+// directly: on the application's thread before the scheduler runs, on the scheduler's after.
+hvd::Result<std::shared_ptr<CommState>> make_child(CommState& c,
+                                                   const Communicator::SplitRecord& mine,
+                                                   const hvd::Status& mine_valid,
+                                                   const std::string& what) {
+  Communicator* carrier = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(c.scheduler_mutex);
+    HVD_ASSIGN_OR_RETURN(carrier, controller_locked(c, hvd::core::process_env()));
+  }
+  std::vector<Communicator::SplitRecord> records(static_cast<size_t>(c.impl->size()));
+  static_assert(sizeof(Communicator::SplitRecord) % 8 == 0, "control records are 8-byte words");
+  HVD_RETURN_IF_ERROR(carrier->allgather(carrier->control_args(&mine, records.data(), sizeof mine))
+                          .with_context(what + ": gathering every rank's color and key"));
+  if (!mine_valid.ok()) return mine_valid;  // the others see its record differ
+  HVD_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> impl, c.impl->split(records, what));
+  std::unique_ptr<Communicator> controller;
+  if (c.controller) {
+    HVD_ASSIGN_OR_RETURN(controller, c.controller->split(records, what + " (its controller)"));
+  }
+  if (!impl) return std::shared_ptr<CommState>();
+  auto child = std::make_shared<CommState>();
+  child->impl = std::move(impl);
+  child->controller = std::move(controller);
+  child->check_args = c.check_args;
+  return child;
+}
+
+// A split of `comm`, collective over its ranks: made at once, or, once its scheduler runs (it
+// alone calls the backends then), as a blocking call the scheduler runs in its turn.
+hvd::Status split_comm(const hvd_comm* comm, const Communicator::SplitRecord& mine,
+                       const hvd::Status& mine_valid, const char* api, hvd_comm** out) {
+  const Clock::time_point entry = Clock::now();
+  if (out == nullptr)
+    return hvd::error(HVD_ERR_INVALID_ARGUMENT, std::string(api) + ": out is NULL");
+  *out = nullptr;
+  HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
+  HVD_RETURN_IF_ERROR(usable(*c));
+  std::shared_ptr<CommState> child;
+  if (c->scheduled.load(std::memory_order_acquire)) {
+    auto made = std::make_shared<std::shared_ptr<CommState>>();
+    CommState* parent = c.get();  // alive: this call holds it until the task has run
+    HVD_RETURN_IF_ERROR(through_scheduler(
+        *c, api, OpType::kAllreduce, hvd::core::host_args(nullptr, nullptr, 0, HVD_UINT8), entry,
+        nullptr, [parent, mine, mine_valid, api, made]() -> hvd::Status {
+          HVD_ASSIGN_OR_RETURN(*made, make_child(*parent, mine, mine_valid, api));
+          return hvd::Status::success();
+        }));
+    child = std::move(*made);
+  } else {
+    const Bounded bounded(*c->impl, entry + c->limit(), api);
+    HVD_ASSIGN_OR_RETURN(child, make_child(*c, mine, mine_valid, api));
+  }
+  if (!child) return hvd::Status::success();
+  child->parent = c;
+  c->live_children.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(c->scheduler_mutex);
+    c->children.push_back(child);
+  }
+  *out = reinterpret_cast<hvd_comm*>(comms().insert(std::move(child)));
+  return hvd::Status::success();
+}
+
 }  // namespace
 
 extern "C" {
@@ -598,13 +686,24 @@ hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm) {
 hvd_status hvd_finalize(hvd_comm* comm) {
   return guarded([&]() -> hvd::Status {
     if (comm == nullptr) return hvd::Status::success();
+    if (const std::shared_ptr<CommState> live = state_of(comm)) {
+      const int children = live->live_children.load();
+      if (children > 0) {
+        return hvd::error(HVD_ERR_STATE,
+                          "hvd_finalize: this communicator has " + std::to_string(children) +
+                              " live child communicator" + (children == 1 ? "" : "s") +
+                              " (hvd_comm_split, process sets): finalize them first");
+      }
+    }
     const std::shared_ptr<CommState> c = comms().remove(reinterpret_cast<uintptr_t>(comm));
     if (!c) {
       return hvd::error(HVD_ERR_STATE,
                         "hvd_finalize: comm is not a live communicator (finalized already, or "
                         "never made)");
     }
-    return finalize(c);
+    const hvd::Status finalized = finalize(c);
+    if (c->parent) c->parent->live_children.fetch_sub(1);
+    return finalized;
   });
 }
 
@@ -923,13 +1022,55 @@ hvd_status hvd_scheduler_stats_get(hvd_comm* comm, hvd_scheduler_stats* stats) {
   });
 }
 
-hvd_status hvd_comm_split(hvd_comm*, int, int, hvd_comm**) {
-  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "not yet"); });
+hvd_status hvd_comm_split(hvd_comm* comm, int color, int key, hvd_comm** out) {
+  return guarded([&] {
+    Communicator::SplitRecord mine;
+    mine.color = color < 0 ? -1 : color;
+    mine.key = key;
+    return split_comm(comm, mine, hvd::Status::success(), "hvd_comm_split", out);
+  });
 }
-hvd_status hvd_comm_create_process_set(hvd_comm*, const int*, int, hvd_comm**) {
-  return guarded([] { return hvd::error(HVD_ERR_UNSUPPORTED, "not yet"); });
+
+hvd_status hvd_comm_create_process_set(hvd_comm* comm, const int* ranks, int count,
+                                       hvd_comm** out) {
+  return guarded([&]() -> hvd::Status {
+    // Every rank takes part, even with a bad list: its record then differs, and every rank fails.
+    const int size = hvd_size(comm);
+    hvd::Status valid;
+    std::vector<int> sorted;
+    if (count < 1 || ranks == nullptr) {
+      valid = hvd::error(HVD_ERR_INVALID_ARGUMENT,
+                         "hvd_comm_create_process_set: no ranks (ranks NULL or count < 1)");
+    } else {
+      sorted.assign(ranks, ranks + count);
+      std::sort(sorted.begin(), sorted.end());
+      for (size_t i = 0; i < sorted.size() && valid.ok(); ++i) {
+        if (sorted[i] < 0 || sorted[i] >= size) {
+          valid = hvd::error(HVD_ERR_INVALID_ARGUMENT,
+                             "hvd_comm_create_process_set: rank " + std::to_string(sorted[i]) +
+                                 " is not a rank of this communicator of " + std::to_string(size));
+        } else if (i > 0 && sorted[i] == sorted[i - 1]) {
+          valid = hvd::error(HVD_ERR_INVALID_ARGUMENT, "hvd_comm_create_process_set: rank " +
+                                                           std::to_string(sorted[i]) +
+                                                           " is listed twice");
+        }
+      }
+    }
+    Communicator::SplitRecord mine;
+    mine.key = hvd_rank(comm);
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a of the sorted list: every rank's alike
+    for (const int r : sorted) hash = (hash ^ static_cast<uint32_t>(r)) * 1099511628211ull;
+    mine.check = valid.ok() ? (hash | 1) : 0;  // a plain split passes 0: never a process set's
+    mine.color = valid.ok() && std::binary_search(sorted.begin(), sorted.end(), mine.key) ? 0 : -1;
+    return split_comm(comm, mine, valid, "hvd_comm_create_process_set", out);
+  });
 }
-int hvd_comm_job_rank(const hvd_comm*, int) { return -1; }
+
+int hvd_comm_job_rank(const hvd_comm* comm, int rank) {
+  const auto c = state_of(comm);
+  if (!c || rank < 0 || rank >= c->impl->size()) return -1;
+  return c->impl->members()[static_cast<size_t>(rank)];
+}
 
 const char* hvd_last_error(void) { return t_has_last_error ? t_last_error.c_str() : ""; }
 

@@ -173,6 +173,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   comm->plugin_ = std::move(loaded).value();
   comm->comm_id_ = world_comm_id(epoch);
   comm->local_address_ = local_address;
+  comm->prefix_ = prefix;
   comm->services_prefix_ = prefix + "backend/";
   HVD_RETURN_IF_ERROR(comm->init_backend());
   if (agree_after_init) {
@@ -190,21 +191,26 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   return comm;
 }
 
-Status Communicator::init_backend() {
+hvd_backend_init_args Communicator::prepare_backend(std::vector<int32_t>* members) {
   const World& world = world_;
+  if (!child_) {  // the world: every rank of the job, placed as the host identities say
+    members_.resize(static_cast<size_t>(world.size));
+    for (int32_t r = 0; r < world.size; ++r) members_[static_cast<size_t>(r)] = r;
+    job_local_rank_ = world.local_rank;
+    job_local_size_ = world.local_size;
+  }
+  *members = members_;
   services_ = std::make_unique<HostServices>(store_.get(), services_prefix_, world);
   hvd_backend_init_args args{};
   args.struct_size = sizeof args;
   args.rank = world.rank;
   args.size = world.size;
-  args.local_rank = world.local_rank;
-  args.local_size = world.local_size;
+  args.local_rank = job_local_rank_;
+  args.local_size = job_local_size_;
   args.timeout_ms = timeout_.count();
   args.local_address = local_address_.c_str();
   args.host = services_->table();
-  std::vector<int32_t> members(static_cast<size_t>(world.size));
-  for (int32_t r = 0; r < world.size; ++r) members[static_cast<size_t>(r)] = r;
-  args.members = members.data();
+  args.members = members->data();
   args.member_count = world.size;
   args.comm_id = comm_id_;
   args.member_local_rank = world.local_rank;
@@ -215,16 +221,23 @@ Status Communicator::init_backend() {
   }
   if (log_enabled(HVD_LOG_DEBUG)) {
     log(HVD_LOG_DEBUG,
-        "init of backend '" + plugin_.name + "': rank " + std::to_string(args.rank) + " of " +
-            std::to_string(args.size) + ", local rank " + std::to_string(args.local_rank) + " of " +
-            std::to_string(args.local_size) + ", communicator " + std::to_string(args.comm_id));
+        std::string(child_ ? "split" : "init") + " of backend '" + plugin_.name + "': rank " +
+            std::to_string(args.rank) + " of " + std::to_string(args.size) + ", local rank " +
+            std::to_string(args.local_rank) + " of " + std::to_string(args.local_size) +
+            ", communicator " + std::to_string(args.comm_id));
   }
-  // On the application's thread (NCCL binds the current device, MPI its main thread), so it
-  // cannot be walked away from; the watchdog reports it if it overruns.
   if (!watched_) {
     Watchdog::watch(this);
     watched_ = true;
   }
+  return args;
+}
+
+Status Communicator::init_backend() {
+  std::vector<int32_t> members;
+  const hvd_backend_init_args args = prepare_backend(&members);
+  // On the application's thread (NCCL binds the current device, MPI its main thread), so it
+  // cannot be walked away from; the watchdog reports it if it overruns.
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
     in_call_ = true;
@@ -312,6 +325,7 @@ Result<bool> Communicator::agree_and_place(const std::vector<std::string>& recor
     const LocalPlace& before = said[static_cast<size_t>(r)];
     relocated = relocated || place.rank != before.rank || place.size != before.size;
   }
+  hosts_ = hosts;
   const LocalPlace mine = local_place(hosts, world_.rank);
   if (mine.rank != world_.local_rank || mine.size != world_.local_size) {
     log(HVD_LOG_INFO, "local rank " + std::to_string(mine.rank) + " of " +
@@ -323,6 +337,117 @@ Result<bool> Communicator::agree_and_place(const std::vector<std::string>& recor
     world_.local_size = mine.size;
   }
   return relocated;
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::split(const std::vector<SplitRecord>& records,
+                                                          const std::string& what) {
+  const int n = world_.size;
+  for (int r = 1; r < n; ++r) {
+    if (records[static_cast<size_t>(r)].check != records[0].check) {
+      return error(HVD_ERR_MISMATCH, what +
+                                         ": the ranks passed different arguments (rank 0's and "
+                                         "rank " +
+                                         std::to_string(r) + "'s differ)");
+    }
+  }
+  const uint64_t ordinal = splits_made_++;
+  const SplitRecord& mine = records[static_cast<size_t>(world_.rank)];
+  std::unique_ptr<Communicator> child;
+  if (mine.color >= 0) {
+    // MPI_Comm_split's order: by key, ties by rank here.
+    std::vector<int> ranks;
+    for (int r = 0; r < n; ++r) {
+      if (records[static_cast<size_t>(r)].color == mine.color) ranks.push_back(r);
+    }
+    std::stable_sort(ranks.begin(), ranks.end(), [&](int a, int b) {
+      return records[static_cast<size_t>(a)].key < records[static_cast<size_t>(b)].key;
+    });
+    child.reset(new Communicator);
+    Communicator& c = *child;
+    c.child_ = true;
+    c.world_ = world_;
+    c.world_.size = static_cast<int>(ranks.size());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const auto r = static_cast<size_t>(ranks[i]);
+      if (ranks[i] == world_.rank) c.world_.rank = static_cast<int>(i);
+      c.members_.push_back(members_[r]);
+      if (r < hosts_.size()) c.hosts_.push_back(hosts_[r]);
+    }
+    if (c.hosts_.size() == ranks.size()) {
+      const LocalPlace place = local_place(c.hosts_, c.world_.rank);
+      c.world_.local_rank = place.rank;
+      c.world_.local_size = place.size;
+    }
+    c.plugin_ = plugin_;
+    c.timeout_ = timeout_;
+    c.store_ = store_;
+    c.device_memory_ = device_memory_;
+    c.local_address_ = local_address_;
+    c.job_local_rank_ = job_local_rank_;
+    c.job_local_size_ = job_local_size_;
+    c.prefix_ = prefix_;
+    // Derived alike on every member: the parent's id, its split ordinal and the color (FNV-1a).
+    uint64_t id = 1469598103934665603ull;
+    for (const uint64_t v : {comm_id_, ordinal, static_cast<uint64_t>(mine.color)}) {
+      for (int byte = 0; byte < 8; ++byte)
+        id = (id ^ ((v >> (8 * byte)) & 0xff)) * 1099511628211ull;
+    }
+    c.comm_id_ = id;
+    char hex[20];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(id));
+    c.services_prefix_ = prefix_ + "comm-" + hex + "/";
+  }
+  if (plugin_.split == nullptr) {
+    // Made afresh over its members, who meet through services of their own.
+    if (child) {
+      HVD_RETURN_IF_ERROR(child->init_backend().with_context(what));
+    }
+    return child;
+  }
+  std::vector<int32_t> members;
+  hvd_backend_init_args args{};
+  if (child) args = child->prepare_backend(&members);
+  hvd_backend_comm* made = nullptr;
+  HVD_RETURN_IF_ERROR(call_split(child ? &args : nullptr, &made).with_context(what));
+  if (child && made == nullptr) {
+    return error(HVD_ERR_INTERNAL,
+                 what + ": backend '" + plugin_.name + "' made no communicator in its split");
+  }
+  if (child) {
+    std::lock_guard<std::mutex> lock(child->abort_mutex_);
+    child->backend_ = made;
+  }
+  return child;
+}
+
+Status Communicator::call_split(const hvd_backend_init_args* args, hvd_backend_comm** child) {
+  const bool abortable = plugin_.abort != nullptr;
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    if (broken_.load(std::memory_order_relaxed)) return broken_status_;
+    if (closing_) return finalized_already("split");
+    if (in_call_) return another_call("split");
+    Clock::time_point deadline = Clock::now() + timeout_ + kMargin;
+    if (entry_deadline_ && *entry_deadline_ < deadline) deadline = *entry_deadline_;
+    in_call_ = true;
+    // A plugin without abort could only be walked away from, its child left half made: it
+    // splits on this thread like init, and the watchdog reports an overrun.
+    call_abortable_ = abortable;
+    call_what_ = "split";
+    call_deadline_ = deadline;
+    overran_ = false;
+  }
+  begin_backend_call();
+  const hvd_status code = plugin_.split(backend_, args, child);
+  bool overran = false;
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    in_call_ = false;
+    overran = overran_ && abortable;
+  }
+  if (overran) return health();
+  if (code == HVD_SUCCESS) return Status::success();
+  return broken_by("split", code, backend_call_message(code));
 }
 
 Communicator::~Communicator() {

@@ -94,6 +94,22 @@ class Communicator final : public Collectives, private Watchdog::Watched {
 
   const World& world() const { return world_; }
   const Plugin& plugin() const { return plugin_; }
+  // The job rank of each rank of this communicator (the identity for the world).
+  const std::vector<int32_t>& members() const { return members_; }
+  uint64_t id() const { return comm_id_; }
+
+  // What each rank of this communicator says in a split: its color (< 0: no child), its key,
+  // and a value every rank must pass alike (a process set's ranks, hashed; 0 for a plain split).
+  struct SplitRecord {
+    int32_t color = -1;
+    int32_t key = 0;
+    uint64_t check = 0;
+  };
+  // This rank's child (null for a negative color) from every rank's record, in rank order:
+  // collective over every rank of this communicator (the plugin's split on it, or an init over
+  // the child's members with services of their own). `what` names the call in errors.
+  Result<std::unique_ptr<Communicator>> split(const std::vector<SplitRecord>& records,
+                                              const std::string& what);
 
  private:
   Communicator() = default;
@@ -103,8 +119,15 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   Result<bool> agree_and_place(const std::vector<std::string>& records);
   // The same for a job without rendezvous, over the (initialized) backend itself.
   Result<bool> agree_through_backend(const std::string& record);
-  // Make the backend's communicator over the world as it now stands, and release it.
+  // Make the backend's communicator over the world as it now stands (the plugin's init), and
+  // release it.
   Status init_backend();
+  // The arguments of the plugin's init or split for this communicator (members: their storage),
+  // with fresh host services; and the watchdog's eye on it.
+  hvd_backend_init_args prepare_backend(std::vector<int32_t>* members);
+  // The plugin's split on this communicator (args NULL on a rank that joins no child), bounded
+  // like a collective where the plugin can be aborted, else reported like init.
+  Status call_split(const hvd_backend_init_args* args, hvd_backend_comm** child);
   Status finalize_backend();
   enum class Entry { kAllreduce, kAllgather, kBroadcast, kBarrier, kReduceScatter, kAlltoall };
   // One bounded backend call (args NULL for a barrier).
@@ -140,14 +163,21 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   Status staged(const char* what, const hvd_collective_args& a, uint64_t in_offset,
                 uint64_t in_bytes, uint64_t out_bytes, Run&& run);
 
-  World world_;
+  World world_;  // a child's: its rank and size, and its local place among its members
   Plugin plugin_;
   uint64_t comm_id_ = 0;
+  bool child_ = false;              // made by split
+  std::vector<int32_t> members_;    // job ranks, by rank
+  std::vector<std::string> hosts_;  // host identities, by rank
+  int job_local_rank_ = 0;          // this process's place on its host among the job's ranks
+  int job_local_size_ = 1;
+  uint64_t splits_made_ = 0;     // the split ordinal: part of each child's id
+  std::string prefix_;           // of this hvd_init's keys in the store
   std::string local_address_;    // this host's address as peers reach it
   std::string services_prefix_;  // of the plugin's keys
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<TcpStoreServer> server_;  // when this rank hosts the rendezvous
-  std::unique_ptr<KvStore> store_;
+  std::shared_ptr<KvStore> store_;          // shared with children
   std::unique_ptr<HostServices> services_;
   hvd_backend_comm* backend_ = nullptr;  // set and taken under abort_mutex_
   DeviceMemory* device_memory_ = nullptr;

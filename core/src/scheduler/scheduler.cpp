@@ -693,6 +693,10 @@ void Scheduler::execute(std::vector<Verdict> ready) {
       finish(&e, error(v.error_code, v.error));
       continue;
     }
+    if (e.what.task) {
+      finish(&e, e.what.task());
+      continue;
+    }
     const TensorSpec& s = e.what.spec;
     const bool in_host_memory = s.memory == HVD_MEMORY_HOST || data_.stages(s.memory);
     const bool fusable = s.type == OpType::kAllreduce && in_host_memory &&

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -98,6 +99,10 @@ struct Submission {
   void* recv = nullptr;         // an allgather's may be NULL: hvd allocates the output
   void* stream = nullptr;       // CUDA tensors: the cudaStream_t their buffers are ordered on
   bool capacity_given = false;  // an alltoall's spec.output_capacity is the caller's
+  // Work of hvd's own that must run between the backend calls, at the same point on every rank
+  // (a split of the communicators the scheduler drives): run instead of the (empty) collective,
+  // on the scheduler's thread, which alone calls the backends while it runs.
+  std::function<Status()> task;
 };
 
 class Scheduler {
