@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# hvd-bench as a user runs it: a short job at 3 ranks whose JSON must parse and report no wrong
-# element; --check-args' overhead columns; the same on a deliberately wrong backend, where the
-# check must catch it; the plot.
+# hvd-bench as a user runs it: a short job at 3 ranks, every collective, whose JSON must parse
+# and report no wrong element; a process set of 2 of 3 ranks, the third waiting without spinning;
+# --check-args' overhead columns; the same on a deliberately wrong backend, where the check must
+# catch it; the plot.
 #
 #   hvd_bench_test.sh HVDRUN HVD_BENCH HVD_BENCH_PLOT TEST_PLUGIN_DIR [MPIRUN]
 set -euo pipefail
@@ -18,17 +19,37 @@ echo "== 3 ranks, every collective, with the baseline"
   | tee "$work/gloo.txt"
 jq -e . "$work/gloo.json" >/dev/null || fail "the JSON does not parse"
 jq -e '.ranks == 3' "$work/gloo.json" >/dev/null || fail "ranks is not 3"
-for c in allreduce allgather broadcast; do
+for c in allreduce allgather broadcast reduce_scatter alltoall; do
   jq -e --arg c "$c" '[.results[] | select(.collective == $c and .size == 0)] | length > 0' \
     "$work/gloo.json" >/dev/null || fail "no zero-size $c rows"
   jq -e --arg c "$c" '[.results[] | select(.collective == $c and .size > 30000)] | length > 0' \
     "$work/gloo.json" >/dev/null || fail "no 32 KiB $c rows"
 done
-jq -e '[.results[] | .out_of_place.nwrong, .in_place.nwrong] | all(. == 0)' "$work/gloo.json" \
-  >/dev/null || fail "hvd-bench counted wrong elements on gloo"
+# alltoall has no in-place form, so no in_place results.
+jq -e '[.results[] | .out_of_place.nwrong, (select(.collective != "alltoall") | .in_place.nwrong)]
+       | all(. == 0)' "$work/gloo.json" >/dev/null || fail "hvd-bench counted wrong elements on gloo"
+jq -e '[.results[] | select(.collective == "alltoall") | has("in_place")] | any | not' \
+  "$work/gloo.json" >/dev/null || fail "alltoall rows have an in-place result"
+jq -e '[.results[] | select(.collective == "reduce_scatter" and .type == "float" and .size > 30000) |
+        .count == .size / 4 and (.count % 3) == 0 and .ranks == 3] | all' "$work/gloo.json" \
+  >/dev/null || fail "reduce_scatter's size is not the input of count x ranks floats"
 jq -e '[.results[] | select(.direct.out_of_place) | .direct.ratio_out_of_place] | length > 0' \
   "$work/gloo.json" >/dev/null || fail "no baseline ratios in the JSON"
 grep -q "Avg bus bandwidth" "$work/gloo.txt" || fail "no footer in the table"
+
+echo "== --process-set: ranks 0 and 2 of 3 measure, rank 1 waits in a blocking read"
+"$hvdrun" -np 3 --timeout 120 -- "$bench" --backend gloo --process-set 2,0 --baseline -b 8 -e 1M \
+  -f 128 -n 3 -w 1 -C allreduce,alltoall -J "$work/set.json" >"$work/set.txt"
+jq -e '.ranks == 3 and .process_set == [0, 2] and .idle.waiting == 1 and .idle.members == 2' \
+  "$work/set.json" >/dev/null || fail "process set: $(jq -c '{ranks, process_set, idle}' "$work/set.json")"
+jq -e '[.results[] | .ranks == 2 and .out_of_place.nwrong == 0 and
+        (.direct.out_of_place.nwrong // 0) == 0] | all and length == 6' "$work/set.json" \
+  >/dev/null || fail "process set results: $(jq -c '.results' "$work/set.json")"
+# Spinning would take a core's share for the whole wait; a blocking read takes next to nothing.
+jq -e '.idle.cpu_s <= 0.25 * .idle.wait_s + 0.05' "$work/set.json" >/dev/null ||
+  fail "the waiting rank used CPU: $(jq -c '.idle' "$work/set.json")"
+grep -q "on a process set of 2 ranks" "$work/set.txt" || fail "no process set in the table's title"
+if "$bench" --process-set 0,0 >/dev/null 2>&1; then fail "--process-set 0,0 was accepted"; fi
 
 echo "== latency mode"
 "$hvdrun" -np 3 --timeout 120 -- "$bench" --backend gloo --latency --baseline -b 8 -e 64 -f 8 -n 20 \
@@ -81,5 +102,12 @@ if [ -n "$mpirun" ]; then
     fail "no mpi results under mpirun"
   jq -e '[.results[] | .out_of_place.nwrong, .in_place.nwrong] | all(. == 0)' "$work/mpi.json" \
     >/dev/null || fail "wrong elements under mpirun"
+  echo "== under mpirun: reduce_scatter and alltoall beside MPI's, on a process set of ranks 1 and 2"
+  "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 3 "$bench" --backend mpi \
+    --baseline --process-set 1,2 -C reduce_scatter,alltoall -b 8 -e 64K -f 64 -n 2 -w 1 \
+    -J "$work/mpi-set.json" >/dev/null
+  jq -e '[.results[] | .ranks == 2 and .out_of_place.nwrong == 0 and
+          .direct.out_of_place.nwrong == 0] | all and length == 6' "$work/mpi-set.json" \
+    >/dev/null || fail "mpi process set: $(jq -c '.results' "$work/mpi-set.json")"
 fi
 echo "PASS"
