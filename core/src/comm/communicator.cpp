@@ -1,10 +1,12 @@
 #include "comm/communicator.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "bootstrap/host.hpp"
@@ -92,6 +94,23 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   Result<Plugin> loaded = resolve_backend(spec, plugin_search_path(env));
   std::string choice = describe_backend_choice(loaded);
   if (loaded.ok() && !options.purpose.empty()) choice += " as " + options.purpose;
+  // Hierarchical allreduce makes communicators every rank must make alike: part of the choice.
+  const std::string hierarchical = knob(env, "HIERARCHICAL_ALLREDUCE").value_or("0");
+  if (hierarchical != "0" && hierarchical != "1") {
+    return error(HVD_ERR_INVALID_ARGUMENT,
+                 "HVD_HIERARCHICAL_ALLREDUCE='" + hierarchical + "' is not 0 or 1");
+  }
+  uint64_t chunk_bytes = 4ull << 20;
+  if (const auto chunk = knob(env, "HIERARCHICAL_CHUNK_BYTES")) {
+    char* end = nullptr;
+    chunk_bytes = std::strtoull(chunk->c_str(), &end, 10);
+    if (chunk->empty() || *end != '\0') {
+      return error(HVD_ERR_INVALID_ARGUMENT,
+                   "HVD_HIERARCHICAL_CHUNK_BYTES='" + *chunk + "' is not a byte count");
+    }
+  }
+  const bool wants_hierarchical = hierarchical == "1" && options.purpose.empty();
+  if (loaded.ok() && wants_hierarchical) choice += " with HVD_HIERARCHICAL_ALLREDUCE=1";
   const std::string record = format_init_record(host_identity(env), world, choice);
 
   // Rendezvous: the job's TCP store, at HVD_RENDEZVOUS_ADDR or made through the launcher; an
@@ -185,6 +204,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
       HVD_RETURN_IF_ERROR(comm->init_backend());
     }
   }
+  if (wants_hierarchical) HVD_RETURN_IF_ERROR(comm->enable_hierarchical(chunk_bytes));
   log(HVD_LOG_INFO, "rank " + std::to_string(world.rank) + "/" + std::to_string(world.size) + " (" +
                         world.source + ") on backend " + comm->plugin_.name + " from " +
                         comm->plugin_.path.string());
@@ -420,6 +440,165 @@ Result<std::unique_ptr<Communicator>> Communicator::split(const std::vector<Spli
   return child;
 }
 
+Status Communicator::enable_hierarchical(uint64_t chunk_bytes) {
+  // Every rank knows every rank's host: the records need no gather.
+  const int n = world_.size;
+  std::vector<int> host_of(static_cast<size_t>(n));  // the first rank on each rank's host
+  std::vector<int> on_host(static_cast<size_t>(n), 0);
+  for (int r = 0; r < n; ++r) {
+    const auto first = std::find(hosts_.begin(), hosts_.end(), hosts_[static_cast<size_t>(r)]);
+    host_of[static_cast<size_t>(r)] = static_cast<int>(first - hosts_.begin());
+    ++on_host[static_cast<size_t>(host_of[static_cast<size_t>(r)])];
+  }
+  const int local = on_host[static_cast<size_t>(host_of[static_cast<size_t>(world_.rank)])];
+  bool uniform = local >= 2 && local < n;
+  for (int r = 0; r < n; ++r) {
+    if (host_of[static_cast<size_t>(r)] == r && on_host[static_cast<size_t>(r)] != local) {
+      uniform = false;
+    }
+  }
+  if (!uniform || hosts_.size() != static_cast<size_t>(n)) {
+    log(HVD_LOG_INFO,
+        "HVD_HIERARCHICAL_ALLREDUCE=1 has no effect: it needs two hosts or more "
+        "with the same number of ranks (two or more) on each");
+    return Status::success();
+  }
+  std::vector<SplitRecord> within(static_cast<size_t>(n)), across(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const LocalPlace place = local_place(hosts_, r);
+    within[static_cast<size_t>(r)] = SplitRecord{host_of[static_cast<size_t>(r)], r, 0};
+    across[static_cast<size_t>(r)] = SplitRecord{place.rank, r, 0};
+  }
+  HVD_ASSIGN_OR_RETURN(local_, split(within, "HVD_HIERARCHICAL_ALLREDUCE (within the host)"));
+  HVD_ASSIGN_OR_RETURN(cross_, split(across, "HVD_HIERARCHICAL_ALLREDUCE (across hosts)"));
+  hierarchical_chunk_bytes_ = chunk_bytes;
+  log(HVD_LOG_INFO, "hierarchical allreduce: " + std::to_string(local_->size()) +
+                        " ranks within each of " + std::to_string(cross_->size()) + " hosts");
+  return Status::success();
+}
+
+Status Communicator::hierarchical_allreduce(const hvd_collective_args& a) {
+  const uint64_t L = static_cast<uint64_t>(local_->size());
+  const size_t element = hvd_dtype_size(a.dtype);
+  const uint64_t tail = a.count % L;  // fewer than L elements: a flat allreduce
+  const uint64_t body = a.count - tail;
+  uint64_t chunk = hierarchical_chunk_bytes_ / element / L * L;
+  if (chunk == 0 || chunk > body) chunk = body;
+  const uint64_t chunks = (body + chunk - 1) / chunk;
+  if (blocks_.size() < body / L * element) blocks_.resize(body / L * element);
+  const char* send = static_cast<const char*>(a.sendbuf);
+  char* recv = static_cast<char*>(a.recvbuf);
+  // Chunk k: elements [k * chunk, ...) of the buffer, whose reduced block (1/L of it) this rank
+  // holds at blocks_ + k * chunk / L between the phases.
+  auto length = [&](uint64_t k) { return std::min(chunk, body - k * chunk); };
+  auto block = [&](uint64_t k) { return blocks_.data() + k * chunk / L * element; };
+  auto reduce_scatter = [&](uint64_t k) {
+    hvd_collective_args p = a;
+    p.sendbuf = send + k * chunk * element;
+    p.recvbuf = block(k);
+    p.count = length(k) / L;
+    return local_->reduce_scatter(p);
+  };
+  auto allreduce = [&](uint64_t k) {
+    hvd_collective_args p = a;
+    p.sendbuf = p.recvbuf = block(k);
+    p.count = length(k) / L;
+    return cross_->allreduce(p);
+  };
+  auto allgather = [&](uint64_t k) {
+    hvd_collective_args p = a;
+    p.sendbuf = block(k);
+    p.recvbuf = recv + k * chunk * element;
+    p.count = length(k) / L;
+    return local_->allgather(p);
+  };
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    local_->bound_calls_until(entry_deadline_, serving_);
+    cross_->bound_calls_until(entry_deadline_, serving_);
+  }
+  Status status = Status::success();
+  if (chunks <= 1) {
+    for (uint64_t k = 0; k < chunks && status.ok(); ++k) {
+      status = reduce_scatter(k);
+      if (status.ok()) status = allreduce(k);
+      if (status.ok()) status = allgather(k);
+    }
+  } else {
+    // Pipelined: a thread of this call runs the cross-host allreduces in chunk order as the
+    // reduce-scatters finish; this thread runs the local phases in one order every local rank
+    // shares (reduce-scatter k, then allgather k - 1).
+    std::mutex mutex;
+    std::condition_variable changed;
+    uint64_t scattered = 0, reduced = 0;
+    bool failed = false;
+    std::thread across([&] {
+      for (uint64_t k = 0; k < chunks; ++k) {
+        {
+          std::unique_lock<std::mutex> lock(mutex);
+          changed.wait(lock, [&] { return failed || scattered > k; });
+          if (failed) return;
+        }
+        const Status s = allreduce(k);
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!s.ok()) {
+          if (!failed) status = s;
+          failed = true;
+        } else {
+          reduced = k + 1;
+        }
+        changed.notify_all();
+        if (failed) return;
+      }
+    });
+    auto fail = [&](const Status& s) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!failed) status = s;
+      failed = true;
+      changed.notify_all();
+    };
+    auto gather = [&](uint64_t k) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock, [&] { return failed || reduced > k; });
+        if (failed) return false;
+      }
+      const Status s = allgather(k);
+      if (!s.ok()) fail(s);
+      return s.ok();
+    };
+    bool ok = true;
+    for (uint64_t k = 0; k < chunks && ok; ++k) {
+      const Status s = reduce_scatter(k);
+      if (!s.ok()) {
+        fail(s);
+        ok = false;
+        break;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        scattered = k + 1;
+        changed.notify_all();
+      }
+      if (k > 0) ok = gather(k - 1);
+    }
+    if (ok) (void)gather(chunks - 1);
+    across.join();
+  }
+  local_->bound_calls_until(std::nullopt, "");
+  cross_->bound_calls_until(std::nullopt, "");
+  if (status.ok() && tail > 0) {
+    hvd_collective_args p = a;
+    p.sendbuf = send + body * element;
+    p.recvbuf = recv + body * element;
+    p.count = tail;
+    status = call(Entry::kAllreduce, "allreduce", &p);
+  }
+  // A failure in a phase broke that communicator: it breaks this one too, and peers learn.
+  if (!status.ok()) abort(status);
+  return status;
+}
+
 Status Communicator::call_split(const hvd_backend_init_args* args, hvd_backend_comm** child) {
   const bool abortable = plugin_.abort != nullptr;
   {
@@ -457,6 +636,10 @@ Communicator::~Communicator() {
 
 Status Communicator::finalize() {
   if (finalized_) return *finalized_;
+  // Children before their parent (hierarchical allreduce's); their errors are this one's too.
+  for (auto* child : {&cross_, &local_}) {
+    if (*child) (void)(*child)->finalize();
+  }
   if (watched_) {
     Watchdog::unwatch(this);
     watched_ = false;
@@ -511,6 +694,8 @@ void Communicator::abort(const Status& why) {
     break_locked(why);
   }
   abort_backend();
+  if (local_) local_->abort(why);
+  if (cross_) cross_->abort(why);
 }
 
 void Communicator::abort_backend() {
@@ -877,6 +1062,13 @@ Status Communicator::allreduce(const hvd_collective_args& args) {
     const uint64_t bytes = args.count * hvd_dtype_size(args.dtype);
     return staged("allreduce", args, 0, bytes, bytes,
                   [&](const hvd_collective_args& host) { return allreduce(host); });
+  }
+  // An integer average of averages would round twice: those run flat.
+  if (local_ && args.memory_type == HVD_MEMORY_HOST &&
+      args.count * hvd_dtype_size(args.dtype) >= kHierarchicalMinBytes &&
+      (args.op != HVD_AVERAGE || args.dtype == HVD_FLOAT16 || args.dtype == HVD_BFLOAT16 ||
+       args.dtype == HVD_FLOAT32 || args.dtype == HVD_FLOAT64)) {
+    return hierarchical_allreduce(args);
   }
   return call(Entry::kAllreduce, "allreduce", &args);
 }

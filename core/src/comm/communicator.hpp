@@ -105,6 +105,12 @@ class Communicator final : public Collectives, private Watchdog::Watched {
     int32_t key = 0;
     uint64_t check = 0;
   };
+  // HVD_HIERARCHICAL_ALLREDUCE: whether allreduces of at least kHierarchicalMinBytes of host
+  // memory run in three phases (reduce-scatter within the host, allreduce across hosts, allgather
+  // within the host). Needs two hosts or more with the same number of ranks on each.
+  bool hierarchical() const { return local_ != nullptr; }
+  static constexpr uint64_t kHierarchicalMinBytes = 64 * 1024;
+
   // This rank's child (null for a negative color) from every rank's record, in rank order:
   // collective over every rank of this communicator (the plugin's split on it, or an init over
   // the child's members with services of their own). `what` names the call in errors.
@@ -119,6 +125,10 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   Result<bool> agree_and_place(const std::vector<std::string>& records);
   // The same for a job without rendezvous, over the (initialized) backend itself.
   Result<bool> agree_through_backend(const std::string& record);
+  // Makes the communicators within this rank's host and across hosts (collective), when the job
+  // qualifies; `chunk_bytes`: the pipeline's chunk (0: the phases one after another).
+  Status enable_hierarchical(uint64_t chunk_bytes);
+  Status hierarchical_allreduce(const hvd_collective_args& args);
   // Make the backend's communicator over the world as it now stands (the plugin's init), and
   // release it.
   Status init_backend();
@@ -202,6 +212,11 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   std::optional<Status> finalized_;
   std::vector<char> staging_;  // grows, never shrinks
   std::vector<char> scratch_;  // the fallbacks' host buffer (inside staging, when staged)
+  // HVD_HIERARCHICAL_ALLREDUCE: this rank's communicators within its host and across hosts (the
+  // ranks of its local rank), the pipeline's chunk, and each chunk's reduced block.
+  std::unique_ptr<Communicator> local_, cross_;
+  uint64_t hierarchical_chunk_bytes_ = 0;
+  std::vector<char> blocks_;
 };
 
 // A rendezvous for a job started by a launcher (mpirun) without HVD_RENDEZVOUS_ADDR, made
