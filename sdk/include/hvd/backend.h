@@ -72,7 +72,8 @@ typedef struct hvd_host_services {
  * *members*, ranked 0 .. size-1 among themselves. rank, size, root and per-rank counts are
  * always relative to the communicator; `members` maps them to the job's ranks. init and split
  * run on the application thread that made the communicator (hvd_init, a split), so a backend
- * that binds a CUDA device at creation (NCCL) binds the device current there. */
+ * that binds a CUDA device at creation (NCCL) binds the device current there; except a split of
+ * a communicator whose scheduler runs, which runs on the scheduler's thread. */
 typedef struct hvd_backend_init_args {
   size_t struct_size;
   int32_t rank;       /* this process's rank in the communicator: 0 <= rank < size */
@@ -179,8 +180,8 @@ typedef struct hvd_backend_v1 {
   uint64_t dtypes;
   uint64_t reduce_ops;
 
-  /* The optional 1.1 entries below: this hvd calls abort (its watchdog, hvd_comm_abort, a failed
-   * call) and reads split and alltoall without calling them yet (docs/plugin-abi.md). */
+  /* The optional 1.1 entries below: abort (the watchdog, hvd_comm_abort, a failed call), split
+   * (hvd_comm_split, process sets, hierarchical allreduce) and alltoall (docs/plugin-abi.md). */
 
   /* 1.1, optional (NULL: the host makes children with init, over their members and with their
    * own host services). Make the child communicator that `args` describes from `parent`, with
