@@ -14,8 +14,8 @@
  * makes its first asynchronous call (a second blocking call meanwhile fails with HVD_ERR_STATE);
  * asynchronous calls, request waits and hvd_comm_abort may come from any thread. Configuration
  * comes from the environment: HVD_BACKEND, HVD_PLUGIN_PATH, HVD_TIMEOUT, HVD_CHECK_ARGS,
- * HVD_RENDEZVOUS_ADDR, HVD_SECRET, HVD_RANK/SIZE/LOCAL_RANK/ LOCAL_SIZE (set by hvdrun) — see
- * README.md.
+ * HVD_HIERARCHICAL_ALLREDUCE, HVD_RENDEZVOUS_ADDR, HVD_SECRET, HVD_RANK/SIZE/LOCAL_RANK/ LOCAL_SIZE
+ * (set by hvdrun) — see README.md.
  *
  * Failures (docs/reliability.md):
  *  - HVD_TIMEOUT (seconds, default 30) bounds every blocking call from its entry, plus a margin
@@ -88,7 +88,9 @@ HVD_API hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm);
  * hvd_comm_abort) it releases this rank's side alone and returns the error that broke it. Each
  * of its steps (the scheduler's last cycle, the controller's and the backend's release) is
  * bounded by HVD_TIMEOUT + 1 s (the scheduler's twice, when its backend must be aborted). The
- * handle is invalid afterwards, whatever the status. NULL is accepted and ignored. */
+ * handle is invalid afterwards, whatever the status; except that a communicator with live
+ * children (hvd_comm_split) is not released: HVD_ERR_STATE, and the handle stays valid. NULL is
+ * accepted and ignored. */
 HVD_API hvd_status hvd_finalize(hvd_comm* comm);
 /* Break the communicator from any thread, now: a call in progress on another thread returns (a
  * backend with the ABI's abort is interrupted; one without is walked away from), every request
