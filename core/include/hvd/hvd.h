@@ -246,7 +246,9 @@ HVD_API hvd_status hvd_alltoall_async(hvd_comm* comm, const char* name, const vo
                                       const int64_t* shape, const int64_t* splits,
                                       const hvd_placement* placement, hvd_request** request);
 /* count tensors queued atomically; on every rank they complete in the same cycle (and fuse
- * where they can). requests[i] is tensors[i]'s. On failure no tensor was queued. */
+ * where they can). requests[i] is tensors[i]'s. On failure no tensor was queued. The array is
+ * strided by its elements' struct_size (every element's alike), so an application built against
+ * an older hvd.h, whose hvd_tensor is smaller, passes its own array as it is. */
 HVD_API hvd_status hvd_grouped_async(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
                                      hvd_request** requests);
 /* *done = 1 once the request has completed (then wait returns at once), else 0. */

@@ -246,9 +246,22 @@ hvd::Status enqueue(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
     requests[0] = request_of(std::move(completion));
     return hvd::Status::success();
   }
+  // The array's stride is its elements' struct_size: an application built against an older
+  // hvd.h passes smaller elements than this hvd's hvd_tensor.
+  const size_t stride = tensors[0].struct_size;
+  HVD_RETURN_IF_ERROR(check_size(stride, HVD_TENSOR_SIZE_1_0, "hvd_tensor"));
   std::vector<Submission> group(count);
   for (size_t i = 0; i < count; ++i) {
-    HVD_RETURN_IF_ERROR(submission_of(tensors[i], c->impl->size(), &group[i]));
+    const char* element = reinterpret_cast<const char*>(tensors) + i * stride;
+    hvd_tensor t{};
+    std::memcpy(&t, element, std::min(stride, sizeof t));
+    if (t.struct_size != stride) {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT,
+                        "hvd_tensor[" + std::to_string(i) + "].struct_size is " +
+                            std::to_string(t.struct_size) + ", not the " + std::to_string(stride) +
+                            " of the first: every element of the array has the same size");
+    }
+    HVD_RETURN_IF_ERROR(submission_of(t, c->impl->size(), &group[i]));
   }
   HVD_ASSIGN_OR_RETURN(const auto scheduler, scheduler_of(*c));
   HVD_ASSIGN_OR_RETURN(auto completions, scheduler->submit_group(std::move(group)));
