@@ -1046,6 +1046,34 @@ TEST(CommSplit, FinalizingAParentWithALiveChildIsAStateErrorAndTheParentGoesOn) 
   EXPECT_TRUE(done.ok()) << "the parent, after its child: " << done.to_string();
 }
 
+// The same through hvd::Comm::finalize: the refusal leaves the handle with the Comm, which goes
+// on working and finalizes once its child is gone.
+TEST(CommSplit, CppFinalizeOfAParentWithALiveChildKeepsItsHandle) {
+  if (!takes_int32_sums()) GTEST_SKIP() << undeclared(HVD_INT32, &kSum);
+  const int rank = g_comm->rank();
+  auto parent = g_comm->split(0, rank);
+  ASSERT_TRUE(parent.ok()) << parent.status().to_string();
+  auto child = parent->split(0, rank);
+  ASSERT_TRUE(child.ok()) << child.status().to_string();
+  hvd_comm* const raw = parent->get();
+  const hvd::Status s = parent->finalize();
+  EXPECT_EQ(s.code(), HVD_ERR_STATE) << s.to_string();
+  EXPECT_TRUE(static_cast<bool>(*parent)) << "hvd::Comm::finalize let go of a parent it did not "
+                                             "finalize (a live child): the Comm is empty now";
+  if (*parent) {
+    expect_every_collective_exact(*parent, "", 8200000, "the parent after its finalize failed");
+  }
+  hvd::Status done = child->finalize();
+  EXPECT_TRUE(done.ok()) << "the child: " << done.to_string();
+  if (*parent) {
+    done = parent->finalize();
+  } else {  // released here, so that the job's communicator can be finalized at the end
+    const hvd_status code = hvd_finalize(raw);
+    done = code == HVD_SUCCESS ? hvd::Status::success() : hvd::Status(code, hvd_last_error());
+  }
+  EXPECT_TRUE(done.ok()) << "the parent, after its child: " << done.to_string();
+}
+
 // hvd_comm_abort on a parent aborts its children too (locally, as every abort).
 TEST(CommSplit, AbortingAParentAbortsItsChildren) {
   if (!takes_int32_sums()) GTEST_SKIP() << undeclared(HVD_INT32, &kSum);
