@@ -150,8 +150,14 @@ class Comm {
   Comm& operator=(const Comm&) = delete;
   ~Comm() { reset(); }
 
-  // Finalize now and report how it went (the destructor finalizes silently).
-  Status finalize() { return check(hvd_finalize(std::exchange(comm_, nullptr))); }
+  // Finalize now and report how it went (the destructor finalizes silently). A communicator with
+  // live children is not released (HVD_ERR_STATE): this Comm keeps it then. So destroy children
+  // before their parent (declare them after it).
+  Status finalize() {
+    const Status s = check(hvd_finalize(comm_));
+    if (s.ok() || hvd_rank(comm_) < 0) comm_ = nullptr;  // released, or no longer live
+    return s;
+  }
   // Break the communicator from any thread (hvd_comm_abort): calls in progress return, every
   // later one fails; finalize (or the destructor) still releases it.
   Status abort() { return check(hvd_comm_abort(comm_)); }

@@ -487,11 +487,10 @@ hvd::Result<std::vector<uint64_t>> alltoall_counts(CommState& c, const hvd_colle
       carrier
           ->allgather(carrier->control_args(record.data(), all.data(), fields * sizeof(uint64_t)))
           .with_context("hvd_alltoall: exchanging the counts"));
-  const size_t rank = static_cast<size_t>(c.impl->rank());
+  if (!mine.ok()) return mine;  // this rank's own words first
   for (size_t r = 0; r < n; ++r) {
     const auto code = static_cast<hvd_status>(all[r * fields]);
     if (code == HVD_SUCCESS) continue;
-    if (r == rank) return mine;
     return hvd::error(hvd::core::known_error(code, HVD_ERR_REMOTE),
                       "hvd_alltoall failed on rank " + std::to_string(r) + " (" +
                           hvd_status_name(code) + ": its own arguments)");
