@@ -238,8 +238,9 @@ HVD_API hvd_status hvd_reduce_scatter_async(hvd_comm* comm, const char* name, co
 /* Horovod's alltoall: splits[d] rows (of the first dimension) go to rank d (splits NULL: shape[0]
  * divided evenly, which it must be); each rank receives what every rank sends it, in rank order.
  * The ranks may differ in shape[0] and splits, not in the other dimensions. With recvbuf NULL,
- * hvd allocates the output (hvd_request_output); a given recvbuf must hold what arrives, or the
- * tensor fails on every rank. hvd_request_received_splits says how many rows came from each
+ * hvd allocates the output (hvd_request_output); a given recvbuf is taken to hold as many
+ * elements as this rank sends (enough when the exchange is symmetric), and a tensor that brings
+ * more fails on every rank. hvd_request_received_splits says how many rows came from each
  * rank. */
 HVD_API hvd_status hvd_alltoall_async(hvd_comm* comm, const char* name, const void* sendbuf,
                                       void* recvbuf, hvd_dtype dtype, int32_t ndim,
