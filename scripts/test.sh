@@ -36,7 +36,8 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   # Run in the normal build only: the three rate-capped namespace hosts (over 3 minutes under
   # ASan, on the code paths conformance.*.np3 already runs here) and the fault suite at 3 ranks
   # (the same paths as at 2).
-  asan_skip='^netns\.three_hosts$|^faults\..*\.np3$'
+  # Hierarchical conformance runs its allreduces only (below): the rest is what np4 runs.
+  asan_skip='^netns\.three_hosts$|^faults\..*\.np3$|^conformance\..*\.hierarchical\.'
   asan_env=(LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp"
             OMPI_MCA_mca_base_component_disable_dlclose=1)
   (cd build-asan && env "${asan_env[@]}" ASAN_OPTIONS=detect_leaks=1 \
@@ -48,6 +49,9 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   (cd build-asan && env "${asan_env[@]}" \
                     ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:intercept_tls_get_addr=0 \
                     ctest -j "$jobs" --output-on-failure --timeout 900 -R "$mpi_tests" -E "$asan_skip")
+  (cd build-asan && env "${asan_env[@]}" GTEST_FILTER='*Allreduce*' \
+                    ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:intercept_tls_get_addr=0 \
+                    ctest -j "$jobs" --output-on-failure --timeout 900 -R '\.hierarchical\.')
 
   echo "== build with ThreadSanitizer"
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHVD_WERROR=ON -DHVD_SANITIZE=thread
@@ -58,4 +62,8 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   (cd build-tsan && TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp" \
                      ctest -j "$jobs" --output-on-failure --timeout 900 \
                           -R '^(unit|integration|orphans\.local)\.|^(conformance|scheduler)\.(gloo|kvs)\.np2$|^faults\.(gloo|kvs|kvs10)\.np2$')
+  # Hierarchical allreduce's pipeline: two threads per call over two communicators.
+  (cd build-tsan && TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp" \
+                     GTEST_FILTER='AllDtypesAndOps/Allreduce.*float32*' \
+                     ctest --output-on-failure --timeout 900 -R '^conformance\.gloo\.hierarchical\.')
 fi
