@@ -14,6 +14,7 @@
 
 #include "api/handles.hpp"
 #include "comm/communicator.hpp"
+#include "common/fnv.hpp"
 #include "common/status_text.hpp"
 #include "hvd/hvd.h"
 #include "scheduler/scheduler.hpp"
@@ -417,8 +418,9 @@ hvd::Status check_args(CommState& c, int32_t type, const hvd_collective_args& a,
   const int size = c.impl->world().size;
   if (a.recv_counts != nullptr && type == static_cast<int32_t>(OpType::kAllgather)) {
     // FNV-1a of the counts: every rank passes the same array
-    uint64_t hash = 1469598103934665603ull;
-    for (int r = 0; r < size; ++r) hash = (hash ^ a.recv_counts[r]) * 1099511628211ull;
+    hvd::core::Fnv1a fnv;
+    for (int r = 0; r < size; ++r) fnv.add(a.recv_counts[r]);
+    const uint64_t hash = fnv.digest();
     record.counts_hash = hash == 0 ? 1 : hash;
     record.count = 0;  // each rank's own count differs
   }
@@ -1070,8 +1072,9 @@ hvd_status hvd_comm_create_process_set(hvd_comm* comm, const int* ranks, int cou
     }
     Communicator::SplitRecord mine;
     mine.key = hvd_rank(comm);
-    uint64_t hash = 1469598103934665603ull;  // FNV-1a of the sorted list: every rank's alike
-    for (const int r : sorted) hash = (hash ^ static_cast<uint32_t>(r)) * 1099511628211ull;
+    hvd::core::Fnv1a fnv;  // of the sorted list: every rank's alike
+    for (const int r : sorted) fnv.add(static_cast<uint64_t>(r));
+    const uint64_t hash = fnv.digest();
     mine.check = valid.ok() ? (hash | 1) : 0;  // a plain split passes 0: never a process set's
     mine.color = valid.ok() && std::binary_search(sorted.begin(), sorted.end(), mine.key) ? 0 : -1;
     return split_comm(comm, mine, valid, "hvd_comm_create_process_set", out);

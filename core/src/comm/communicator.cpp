@@ -12,6 +12,7 @@
 #include "bootstrap/host.hpp"
 #include "comm/agreement.hpp"
 #include "comm/host_services.hpp"
+#include "common/fnv.hpp"
 #include "common/log.hpp"
 #include "common/status_text.hpp"
 
@@ -33,11 +34,7 @@ std::atomic<int> g_epoch{0};
 
 // Derived alike on every rank: the world communicator of the epoch-th hvd_init (FNV-1a).
 uint64_t world_comm_id(int epoch) {
-  uint64_t hash = 1469598103934665603ull;
-  for (const char c : "hvd world " + std::to_string(epoch)) {
-    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  }
-  return hash;
+  return Fnv1a().add("hvd world " + std::to_string(epoch)).digest();
 }
 
 }  // namespace
@@ -407,11 +404,8 @@ Result<std::unique_ptr<Communicator>> Communicator::split(const std::vector<Spli
     c.job_local_size_ = job_local_size_;
     c.prefix_ = prefix_;
     // Derived alike on every member: the parent's id, its split ordinal and the color (FNV-1a).
-    uint64_t id = 1469598103934665603ull;
-    for (const uint64_t v : {comm_id_, ordinal, static_cast<uint64_t>(mine.color)}) {
-      for (int byte = 0; byte < 8; ++byte)
-        id = (id ^ ((v >> (8 * byte)) & 0xff)) * 1099511628211ull;
-    }
+    const uint64_t id =
+        Fnv1a().add(comm_id_).add(ordinal).add(static_cast<uint64_t>(mine.color)).digest();
     c.comm_id_ = id;
     char hex[20];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(id));
