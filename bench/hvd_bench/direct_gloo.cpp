@@ -110,7 +110,8 @@ class DirectGloo final : public DirectLibrary {
             gloo_algorithms::broadcast(meshes_, recv, c.count, c.root);
             break;
           case Collective::kReduceScatter:
-            gloo_algorithms::reduce_scatter(meshes_, send, recv, c.count, gloo_reduction<T>(c.op));
+            gloo_algorithms::reduce_scatter(meshes_, send, recv, c.count, gloo_reduction<T>(c.op),
+                                            &scratch_);
             break;
           case Collective::kAlltoall: {
             // Every rank sends every rank count elements: the whole exchange moves size^2 x
@@ -133,6 +134,7 @@ class DirectGloo final : public DirectLibrary {
   }
 
   gloo_algorithms::Meshes meshes_;  // empty at one rank
+  std::vector<char> scratch_;       // reduce_scatter's, kept between calls as the plugin does
   int rank_;
   std::vector<size_t> counts_;  // alltoall's, sent and received alike
 };

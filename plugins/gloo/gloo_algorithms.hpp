@@ -340,10 +340,11 @@ void waiting_on(int peer, const char* what, Fn&& fn) {
 // one from its left, so after size-1 rounds each rank holds its own block reduced over every
 // rank, having sent (size-1)/size of the buffer. Each block is reduced along one chain, so every
 // element is combined once per rank. As in AllreduceRing, a rank tells its left neighbour when its
-// inbox is free again before that neighbour sends into it.
+// inbox is free again before that neighbour sends into it. `scratch` holds the inbox and outbox
+// (two blocks): kept by the caller, so that a large call does not fault in fresh pages each time.
 template <typename T>
 void reduce_scatter(const Meshes& meshes, const T* send, T* recv, size_t count,
-                    const gloo::ReductionFunction<T>* reduction) {
+                    const gloo::ReductionFunction<T>* reduction, std::vector<char>* scratch) {
   if (count == 0) return;
   const auto& context =
       meshes.for_bytes(count * sizeof(T) * static_cast<size_t>(meshes.sync->size));
@@ -351,16 +352,18 @@ void reduce_scatter(const Meshes& meshes, const T* send, T* recv, size_t count,
   const int rank = context->rank;
   auto block = [&](int r) { return send + static_cast<size_t>((r % size + size) % size) * count; };
   const size_t bytes = count * sizeof(T);
-  std::vector<T> inbox(count);
-  std::vector<T> outbox(block(rank - 1), block(rank - 1) + count);
+  if (scratch->size() < 2 * count * sizeof(T)) scratch->resize(2 * count * sizeof(T));
+  T* const inbox = reinterpret_cast<T*>(scratch->data());  // operator new's alignment suits T
+  T* const outbox = inbox + count;
+  std::copy(block(rank - 1), block(rank - 1) + count, outbox);
   const int left_rank = (rank + size - 1) % size;
   const int right_rank = (rank + 1) % size;
   auto& left = context->getPair(left_rank);
   auto& right = context->getPair(right_rank);
   const int slot = context->nextSlot();
   const int notification_slot = context->nextSlot();
-  const auto send_data = right->createSendBuffer(slot, outbox.data(), bytes);
-  const auto recv_data = left->createRecvBuffer(slot, inbox.data(), bytes);
+  const auto send_data = right->createSendBuffer(slot, outbox, bytes);
+  const auto recv_data = left->createRecvBuffer(slot, inbox, bytes);
   int dummy = 0;
   const auto send_notification = left->createSendBuffer(notification_slot, &dummy, sizeof(dummy));
   const auto recv_notification = right->createRecvBuffer(notification_slot, &dummy, sizeof(dummy));
@@ -370,8 +373,8 @@ void reduce_scatter(const Meshes& meshes, const T* send, T* recv, size_t count,
     detail::waiting_on(left_rank, "receiving from", [&] { recv_data->waitRecv(); });
     detail::waiting_on(right_rank, "sending to", [&] { send_data->waitSend(); });
     if (round < rounds - 1) {
-      std::copy(inbox.begin(), inbox.end(), outbox.begin());
-      reduction->call(outbox.data(), block(rank - round - 2), count);
+      std::copy(inbox, inbox + count, outbox);
+      reduction->call(outbox, block(rank - round - 2), count);
       // The left neighbour may send its next block into the inbox now, and this rank may send
       // into its right neighbour's once that one has said so. The last round needs neither.
       send_notification->send();
@@ -381,7 +384,7 @@ void reduce_scatter(const Meshes& meshes, const T* send, T* recv, size_t count,
       // Every block but this rank's own has been consumed by now, so recv may overlap send.
       const T* mine = block(rank);
       if (recv != mine) std::copy(mine, mine + count, recv);
-      reduction->call(recv, inbox.data(), count);
+      reduction->call(recv, inbox, count);
     }
   }
 }

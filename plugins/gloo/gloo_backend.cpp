@@ -488,7 +488,8 @@ class GlooBackend {
       if (!s.ok()) return;
       s = guarded("reduce_scatter", [&] {
         hvd::gloo_algorithms::reduce_scatter(meshes_, static_cast<const T*>(a.sendbuf),
-                                             static_cast<T*>(a.recvbuf), a.count, reduction);
+                                             static_cast<T*>(a.recvbuf), a.count, reduction,
+                                             &ring_scratch_);
       });
     });
     if (!s.ok()) return s;
@@ -693,6 +694,7 @@ class GlooBackend {
   Sockets sockets_;                      // duplicates of the meshes' sockets, for abort()
   bool failed_ = false;                  // a collective failed: the connections are closed
   std::atomic<bool> aborted_{false};     // abort() was called, from any thread
+  std::vector<char> ring_scratch_;       // reduce_scatter's inbox and outbox, kept between calls
 };
 
 }  // namespace
