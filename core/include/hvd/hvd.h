@@ -136,8 +136,9 @@ HVD_API hvd_status hvd_reduce_scatter(hvd_comm* comm, const void* sendbuf, void*
                                       const hvd_placement* placement);
 /* Rank r sends send_counts[d] elements to each rank d, packed in rank order in sendbuf, and
  * receives what each rank s sends it, packed in rank order in recvbuf, which holds recv_capacity
- * elements; recv_counts (NULL, or size entries) receives how many came from each rank. The ranks'
- * counts are exchanged first (one allgather of size + 1 integers per rank), so a recvbuf too
+ * elements (0 when recvbuf is NULL); recv_counts (NULL, or size entries) receives how many came
+ * from each rank. The ranks' counts are exchanged first (one allgather of size + 2 integers per
+ * rank), so a recvbuf too
  * small on any rank fails the call on every rank alike. Never in place. A backend without
  * alltoall runs it as one broadcast per rank of what that rank sends (host memory only). */
 HVD_API hvd_status hvd_alltoall(hvd_comm* comm, const void* sendbuf, const uint64_t* send_counts,
@@ -263,8 +264,9 @@ HVD_API hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds
  * before completion or for a request without such an output; a failed operation's status otherwise.
  */
 HVD_API hvd_status hvd_request_output(hvd_request* request, void** data, int64_t* first_dim);
-/* An alltoall, once it succeeded: splits[s] = the rows received from rank s (size entries). */
-HVD_API hvd_status hvd_request_received_splits(hvd_request* request, int64_t* splits);
+/* An alltoall, once it succeeded: splits[s] = the rows received from rank s, s < the size of its
+ * communicator; `count` is the entries splits holds (HVD_ERR_INVALID_ARGUMENT if fewer). */
+HVD_API hvd_status hvd_request_received_splits(hvd_request* request, int64_t* splits, int count);
 /* Releases the handle (the operation itself goes on). NULL is ignored. */
 HVD_API void hvd_request_free(hvd_request* request);
 

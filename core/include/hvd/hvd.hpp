@@ -89,7 +89,7 @@ class Request {
   // An alltoall, once it succeeded: the rows received from each rank (`size` of its comm).
   Result<std::vector<int64_t>> received_splits(int size) const {
     std::vector<int64_t> splits(static_cast<size_t>(size > 0 ? size : 0));
-    const hvd_status code = hvd_request_received_splits(request_, splits.data());
+    const hvd_status code = hvd_request_received_splits(request_, splits.data(), size);
     if (code != HVD_SUCCESS) return Status(code, hvd_last_error());
     return splits;
   }

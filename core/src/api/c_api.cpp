@@ -313,6 +313,7 @@ hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
                               std::function<hvd::Status()> task = {}) {
   Submission s;
   s.task = std::move(task);
+  const bool is_task = static_cast<bool>(s.task);
   s.name = "hvd.blocking." + std::to_string(c.blocking_calls++);
   s.send = a.sendbuf;
   s.recv = a.recvbuf;
@@ -329,7 +330,12 @@ hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
     s.spec.output_capacity = a.recv_counts[0];
     s.capacity_given = true;
   } else if (type == OpType::kReduceScatter) {
-    s.spec.shape = {static_cast<int64_t>(a.count) * c.impl->size()};
+    int64_t rows = 0;  // too many: a negative dimension, refused at submission
+    if (a.count > static_cast<uint64_t>(INT64_MAX) ||
+        __builtin_mul_overflow(static_cast<int64_t>(a.count), c.impl->size(), &rows)) {
+      rows = -1;
+    }
+    s.spec.shape = {rows};
   } else if (a.recv_counts != nullptr) {  // allgatherv: recv holds the counts' sum
     const int size = c.impl->world().size;
     uint64_t total = 0;
@@ -341,6 +347,9 @@ hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
     }
     s.spec.output_capacity = total;
   }
+  // A task's shape has two dimensions, which no blocking collective's has: a rank that makes a
+  // collective where another splits fails with a mismatch instead of waiting.
+  if (is_task) s.spec.shape = {0, 0};
   const std::string name = s.name;
   HVD_ASSIGN_OR_RETURN(const auto scheduler, scheduler_of(c));
   HVD_ASSIGN_OR_RETURN(auto completion, scheduler->submit(std::move(s)));
@@ -477,7 +486,7 @@ hvd::Result<std::vector<uint64_t>> alltoall_counts(CommState& c, const hvd_colle
   const size_t fields = n + 2;  // [status, capacity, send_counts...]
   std::vector<uint64_t> record(fields, 0);
   record[0] = static_cast<uint64_t>(mine.ok() ? HVD_SUCCESS : mine.code());
-  record[1] = capacity;
+  record[1] = a.recvbuf != nullptr ? capacity : 0;  // NULL holds nothing, whatever was said
   if (mine.ok()) std::copy(a.send_counts, a.send_counts + n, record.begin() + 2);
   Communicator* carrier = nullptr;
   {
@@ -615,16 +624,25 @@ hvd::Result<std::shared_ptr<CommState>> make_child(CommState& c,
   static_assert(sizeof(Communicator::SplitRecord) % 8 == 0, "control records are 8-byte words");
   HVD_RETURN_IF_ERROR(carrier->allgather(carrier->control_args(&mine, records.data(), sizeof mine))
                           .with_context(what + ": gathering every rank's color and key"));
-  if (!mine_valid.ok()) return mine_valid;  // the others see its record differ
-  HVD_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> impl, c.impl->split(records, what));
-  std::unique_ptr<Communicator> controller;
-  if (c.controller) {
-    HVD_ASSIGN_OR_RETURN(controller, c.controller->split(records, what + " (its controller)"));
+  // A rank whose own arguments failed fails the call on every rank, with its code.
+  if (!mine_valid.ok()) return mine_valid;
+  for (size_t r = 0; r < records.size(); ++r) {
+    const auto code = static_cast<hvd_status>(records[r].error);
+    if (code == HVD_SUCCESS) continue;
+    return hvd::error(hvd::core::known_error(code, HVD_ERR_REMOTE),
+                      what + " failed on rank " + std::to_string(r) + " (" + hvd_status_name(code) +
+                          ": its own arguments)");
   }
-  if (!impl) return std::shared_ptr<CommState>();
+  // Both splits are made whatever the first gives: every rank then counts them alike.
+  hvd::Result<std::unique_ptr<Communicator>> impl = c.impl->split(records, what);
+  hvd::Result<std::unique_ptr<Communicator>> controller = std::unique_ptr<Communicator>();
+  if (c.controller) controller = c.controller->split(records, what + " (its controller)");
+  HVD_RETURN_IF_ERROR(impl.status());
+  HVD_RETURN_IF_ERROR(controller.status());
+  if (!*impl) return std::shared_ptr<CommState>();
   auto child = std::make_shared<CommState>();
-  child->impl = std::move(impl);
-  child->controller = std::move(controller);
+  child->impl = std::move(impl).value();
+  child->controller = std::move(controller).value();
   child->check_args = c.check_args;
   return child;
 }
@@ -642,7 +660,8 @@ hvd::Status split_comm(const hvd_comm* comm, const Communicator::SplitRecord& mi
   std::shared_ptr<CommState> child;
   if (c->scheduled.load(std::memory_order_acquire)) {
     auto made = std::make_shared<std::shared_ptr<CommState>>();
-    CommState* parent = c.get();  // alive: this call holds it until the task has run
+    // Alive whenever the task runs: hvd_finalize stops the scheduler before it lets go.
+    CommState* parent = c.get();
     HVD_RETURN_IF_ERROR(through_scheduler(
         *c, api, OpType::kAllreduce, hvd::core::host_args(nullptr, nullptr, 0, HVD_UINT8), entry,
         nullptr, [parent, mine, mine_valid, api, made]() -> hvd::Status {
@@ -659,7 +678,11 @@ hvd::Status split_comm(const hvd_comm* comm, const Communicator::SplitRecord& mi
   c->live_children.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(c->scheduler_mutex);
-    c->children.push_back(child);
+    auto& children = c->children;
+    children.erase(std::remove_if(children.begin(), children.end(),
+                                  [](const std::weak_ptr<CommState>& w) { return w.expired(); }),
+                   children.end());
+    children.push_back(child);
   }
   *out = reinterpret_cast<hvd_comm*>(comms().insert(std::move(child)));
   return hvd::Status::success();
@@ -997,7 +1020,7 @@ hvd_status hvd_request_output(hvd_request* request, void** data, int64_t* first_
   });
 }
 
-hvd_status hvd_request_received_splits(hvd_request* request, int64_t* splits) {
+hvd_status hvd_request_received_splits(hvd_request* request, int64_t* splits, int count) {
   return guarded([&] {
     if (request == nullptr || splits == nullptr) {
       return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request or splits is NULL");
@@ -1006,6 +1029,12 @@ hvd_status hvd_request_received_splits(hvd_request* request, int64_t* splits) {
     if (!completion) return unknown_request();
     std::vector<int64_t> received;
     HVD_RETURN_IF_ERROR(completion->received_splits(&received));
+    if (count < 0 || static_cast<size_t>(count) < received.size()) {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "hvd_request_received_splits: splits holds " +
+                                                      std::to_string(count) +
+                                                      " entries, but the communicator has " +
+                                                      std::to_string(received.size()) + " ranks");
+    }
     std::copy(received.begin(), received.end(), splits);
     return hvd::Status::success();
   });
@@ -1075,7 +1104,8 @@ hvd_status hvd_comm_create_process_set(hvd_comm* comm, const int* ranks, int cou
     hvd::core::Fnv1a fnv;  // of the sorted list: every rank's alike
     for (const int r : sorted) fnv.add(static_cast<uint64_t>(r));
     const uint64_t hash = fnv.digest();
-    mine.check = valid.ok() ? (hash | 1) : 0;  // a plain split passes 0: never a process set's
+    mine.check = hash | 1;  // a plain split passes 0: never a process set's
+    mine.error = valid.code();
     mine.color = valid.ok() && std::binary_search(sorted.begin(), sorted.end(), mine.key) ? 0 : -1;
     return split_comm(comm, mine, valid, "hvd_comm_create_process_set", out);
   });

@@ -1,6 +1,7 @@
 #include "comm/communicator.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -101,13 +102,19 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   if (const auto chunk = knob(env, "HIERARCHICAL_CHUNK_BYTES")) {
     char* end = nullptr;
     chunk_bytes = std::strtoull(chunk->c_str(), &end, 10);
-    if (chunk->empty() || *end != '\0') {
-      return error(HVD_ERR_INVALID_ARGUMENT,
-                   "HVD_HIERARCHICAL_CHUNK_BYTES='" + *chunk + "' is not a byte count");
+    constexpr uint64_t kMinChunk = 64 * 1024;  // below, per-chunk latency is all there is
+    if (chunk->empty() || !std::isdigit(static_cast<unsigned char>((*chunk)[0])) || *end != '\0' ||
+        (chunk_bytes != 0 && chunk_bytes < kMinChunk)) {
+      return error(HVD_ERR_INVALID_ARGUMENT, "HVD_HIERARCHICAL_CHUNK_BYTES='" + *chunk +
+                                                 "' is not 0 or a byte count of at least 65536");
     }
   }
   const bool wants_hierarchical = hierarchical == "1" && options.purpose.empty();
-  if (loaded.ok() && wants_hierarchical) choice += " with HVD_HIERARCHICAL_ALLREDUCE=1";
+  // The chunks are collectives of their own: every rank must cut alike.
+  if (loaded.ok() && wants_hierarchical) {
+    choice +=
+        " with HVD_HIERARCHICAL_ALLREDUCE=1 in chunks of " + std::to_string(chunk_bytes) + " bytes";
+  }
   const std::string record = format_init_record(host_identity(env), world, choice);
 
   // Rendezvous: the job's TCP store, at HVD_RENDEZVOUS_ADDR or made through the launcher; an
@@ -171,6 +178,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
                          TcpStoreClient::connect(*where, secret, comm->timeout_));
     local_address = client->local_address();
     comm->store_ = std::move(client);
+    comm->store_where_ = where;
+    comm->store_secret_ = secret;
   }
 
   // Make sure every rank loaded the same backend before initializing it: a disagreement is the
@@ -397,7 +406,15 @@ Result<std::unique_ptr<Communicator>> Communicator::split(const std::vector<Spli
     }
     c.plugin_ = plugin_;
     c.timeout_ = timeout_;
-    c.store_ = store_;
+    c.store_ = store_;  // in-process, or none
+    c.store_where_ = store_where_;
+    c.store_secret_ = store_secret_;
+    if (store_where_) {
+      Result<std::unique_ptr<TcpStoreClient>> client =
+          TcpStoreClient::connect(*store_where_, store_secret_, timeout_);
+      if (!client.ok()) return client.status().with_context(what + ": the rendezvous store");
+      c.store_ = std::move(client).value();
+    }
     c.device_memory_ = device_memory_;
     c.local_address_ = local_address_;
     c.job_local_rank_ = job_local_rank_;
@@ -472,6 +489,21 @@ Status Communicator::enable_hierarchical(uint64_t chunk_bytes) {
 }
 
 Status Communicator::hierarchical_allreduce(const hvd_collective_args& a) {
+  // The guards of call(): its phases run on the children, but the call is this communicator's.
+  {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    if (broken_.load(std::memory_order_relaxed)) return broken_status_;
+    if (closing_) return finalized_already("allreduce");
+    if (in_call_ || in_hierarchical_) return another_call("allreduce");
+    in_hierarchical_ = true;
+  }
+  struct EndCall {
+    Communicator* self;
+    ~EndCall() {
+      std::lock_guard<std::mutex> lock(self->call_mutex_);
+      self->in_hierarchical_ = false;
+    }
+  } end_call{this};
   const uint64_t L = static_cast<uint64_t>(local_->size());
   const size_t element = hvd_dtype_size(a.dtype);
   const uint64_t tail = a.count % L;  // fewer than L elements: a flat allreduce
@@ -782,9 +814,12 @@ void Communicator::check(Clock::time_point now) {
   }
   // Broken in the same step that marks the call overrun: the call, when it returns, finds the
   // communicator broken whatever the plugin returned.
-  break_locked(timed_out_locked(call_what_));
+  const Status why = timed_out_locked(call_what_);
+  break_locked(why);
   lock.unlock();
   abort_backend();
+  if (local_) local_->abort(why);
+  if (cross_) cross_->abort(why);
 }
 
 Status Communicator::broken_by(const char* what, hvd_status code, const std::string& message) {
@@ -1193,7 +1228,9 @@ Status Communicator::alltoall(const hvd_collective_args& args, const uint64_t* m
       piece.recv_counts = nullptr;
       piece.send_counts = nullptr;
       HVD_RETURN_IF_ERROR(call(Entry::kBroadcast, "alltoall (as broadcasts)", &piece));
-      std::memcpy(out, scratch_.data() + before * element, row[world_.rank] * element);
+      if (row[world_.rank] > 0) {
+        std::memcpy(out, scratch_.data() + before * element, row[world_.rank] * element);
+      }
     }
     out += row[world_.rank] * element;
   }

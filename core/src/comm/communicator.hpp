@@ -104,6 +104,8 @@ class Communicator final : public Collectives, private Watchdog::Watched {
     int32_t color = -1;
     int32_t key = 0;
     uint64_t check = 0;
+    int32_t error = HVD_SUCCESS;  // this rank's own arguments failed its checks
+    int32_t reserved = 0;
   };
   // HVD_HIERARCHICAL_ALLREDUCE: whether allreduces of at least kHierarchicalMinBytes of host
   // memory run in three phases (reduce-scatter within the host, allreduce across hosts, allgather
@@ -187,7 +189,11 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   std::string services_prefix_;  // of the plugin's keys
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<TcpStoreServer> server_;  // when this rank hosts the rendezvous
-  std::shared_ptr<KvStore> store_;          // shared with children
+  std::shared_ptr<KvStore> store_;
+  // Where the job's TCP store is, and its secret: each child opens a connection of its own (one
+  // connection serves one request at a time, and children wait on the store concurrently).
+  std::optional<HostPort> store_where_;
+  std::string store_secret_;
   std::unique_ptr<HostServices> services_;
   hvd_backend_comm* backend_ = nullptr;  // set and taken under abort_mutex_
   DeviceMemory* device_memory_ = nullptr;
@@ -204,7 +210,8 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   std::atomic<bool> broken_{false};
   Status broken_status_;
   bool watched_ = false;
-  bool closing_ = false;  // finalize has begun: no call starts
+  bool closing_ = false;          // finalize has begun: no call starts
+  bool in_hierarchical_ = false;  // a hierarchical allreduce runs (on the children)
 
   std::mutex abort_mutex_;  // the plugin's abort and finalize never overlap
   bool backend_aborted_ = false;

@@ -298,15 +298,20 @@ Status Scheduler::prepare(Submission& s) const {
       int64_t total = 0;
       for (int64_t split : spec.splits) {
         if (split < 0) return invalid("a negative split");
-        total += split;  // each at most rows (checked below), so no overflow
-        if (total > rows) break;
+        if (split > rows - total) {
+          total = -1;  // more than the first dimension: no sum to report
+          break;
+        }
+        total += split;
       }
       if (total != rows) {
-        return invalid("splits sum to " + std::to_string(total) + ", not the first dimension " +
-                       std::to_string(rows));
+        return invalid((total < 0 ? std::string("splits sum to more than")
+                                  : "splits sum to " + std::to_string(total) + ", not") +
+                       " the first dimension " + std::to_string(rows));
       }
     }
     receives = 0;  // unknown before negotiation: recv may be NULL when nothing arrives
+    if (elements > 0 && s.send == s.recv) return invalid("an alltoall cannot run in place");
   }
   if ((receives > 0 && s.recv == nullptr && !allocated) ||
       (elements > 0 && sends && s.send == nullptr)) {
@@ -325,8 +330,12 @@ Status Scheduler::prepare(Submission& s) const {
   }
   // An alltoall's recv buffer holds what the caller said (hvd_alltoall), else as much as this
   // rank sends.
-  if (spec.type == OpType::kAlltoall && !s.capacity_given) {
-    spec.output_capacity = allocated ? TensorSpec::kAllocated : elements;
+  if (spec.type == OpType::kAlltoall) {
+    if (s.recv == nullptr) {
+      spec.output_capacity = allocated && !s.capacity_given ? TensorSpec::kAllocated : 0;
+    } else if (!s.capacity_given) {
+      spec.output_capacity = elements;
+    }
   }
   for (double factor : {spec.prescale, spec.postscale}) {
     if (!std::isfinite(factor)) return invalid("a scale factor is not finite");
@@ -694,7 +703,9 @@ void Scheduler::execute(std::vector<Verdict> ready) {
       continue;
     }
     if (e.what.task) {
-      finish(&e, e.what.task());
+      const std::function<Status()> task = std::move(e.what.task);  // not kept with spare entries
+      e.what.task = nullptr;
+      finish(&e, task());
       continue;
     }
     const TensorSpec& s = e.what.spec;
