@@ -76,20 +76,25 @@ report() {
     echo "#"
     echo "# $backend: busbw (GB/s), each configuration's median over its runs; ratios = hierarchical / flat"
     echo "# (issue 18: seq/flat >= 1.25, pipe/flat >= 1.4; 1.5 is the bound). dir: the library's own flat"
-    echo "# allreduce timed call by call beside hvd's in every run (median over all of them)"
+    echo "# allreduce timed call by call beside hvd's in every run (median over all of them); X/dir: hvd-bench's"
+    echo "# hvd/dir within each run of X (per-call medians, alternating), the median over X's runs"
     jq -n -r --slurpfile all "$dir/$backend.all" --arg configs "${configs[*]}" '
       def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
                          else (.[length / 2 - 1] + .[length / 2]) / 2 end;
       def f3: if . == null then "N/A" else . * 1000 | round / 1000 | tostring end;
       ($configs | split(" ")) as $cs |
-      (["size(B)", "placement"] + $cs + ["dir"] + ($cs[1:] | map(. + "/" + $cs[0])) | join(" ")),
+      (["size(B)", "placement"] + $cs + ["dir"] + ($cs[1:] | map(. + "/" + $cs[0])) +
+        ($cs[1:] | map(. + "/dir")) | join(" ")),
       ([$all[] | .results[] | .size] | unique[]) as $size |
       ("out_of_place", "in_place") as $p |
       ($cs | map(. as $c | [$all[] | select(.config == $c) | .results[] | select(.size == $size)
                             | .[$p].bus_bw // empty] | median)) as $bw |
       ([$all[] | .results[] | select(.size == $size) | .direct[$p].bus_bw // empty] | median) as $dir |
+      ($cs[1:] | map(. as $c | [$all[] | select(.config == $c) | .results[] | select(.size == $size)
+                                | .direct["ratio_" + $p] // empty] | median)) as $within |
       [($size | tostring), $p] + ($bw | map(f3)) + [$dir | f3] +
-        ($bw[1:] | map(if . == null or $bw[0] == null then "N/A" else . / $bw[0] | f3 end))
+        ($bw[1:] | map(if . == null or $bw[0] == null then "N/A" else . / $bw[0] | f3 end)) +
+        ($within | map(f3))
       | join(" ")' | awk '{ for (i = 1; i <= NF; i++) printf "%s%*s", (i > 1 ? "  " : ""), (i <= 2 ? -12 : 8), $i; print "" }'
     # The spread behind each median: every run's busbw, out of place.
     jq -n -r --slurpfile all "$dir/$backend.all" --arg configs "${configs[*]}" '
