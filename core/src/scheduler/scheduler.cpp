@@ -904,6 +904,21 @@ void Scheduler::run_alone(Entry& e) {
   finish(&e, status);
 }
 
+// The submission's recv buffer, or (recvbuf NULL) one of `bytes` hvd allocates into *allocated.
+// A rank that cannot allocate fails alone: the other ranks go on into the collective and time
+// out (naming this one, if their backend can), as with any rank that fails outside it.
+Result<void*> Scheduler::output_of(const Submission& w, uint64_t bytes,
+                                   std::unique_ptr<char[]>* allocated) {
+  if (w.recv != nullptr || bytes == 0) return w.recv;
+  allocated->reset(new (std::nothrow) char[bytes]);
+  if (!*allocated) {
+    return error(HVD_ERR_INTERNAL, std::string(op_type_name(w.spec.type)) + " '" + w.name +
+                                       "': could not allocate " + std::to_string(bytes) +
+                                       " bytes for the output");
+  }
+  return static_cast<void*>(allocated->get());
+}
+
 Status Scheduler::run_allgather(Entry& e) {
   const Submission& w = e.what;
   const size_t element = hvd_dtype_size(w.spec.dtype);
@@ -918,18 +933,8 @@ Status Scheduler::run_allgather(Entry& e) {
     total += counts.back();
     first_dim += rows;
   }
-  void* recv = w.recv;
   std::unique_ptr<char[]> allocated;
-  if (recv == nullptr && total > 0) {
-    allocated.reset(new (std::nothrow) char[total * element]);
-    // The other ranks go on into the collective and time out (naming this one, if their backend
-    // can), as with any rank that fails outside it.
-    if (!allocated) {
-      return error(HVD_ERR_INTERNAL, "ALLGATHER '" + w.name + "': could not allocate " +
-                                         std::to_string(total * element) + " bytes for the output");
-    }
-    recv = allocated.get();
-  }
+  HVD_ASSIGN_OR_RETURN(void* const recv, output_of(w, total * element, &allocated));
   hvd_collective_args a = args_for(w, w.send, recv, e.elements);
   if (std::any_of(counts.begin(), counts.end(), [&](uint64_t n) { return n != counts[0]; })) {
     a.recv_counts = counts.data();  // allgatherv (the communicator's, on any backend)
@@ -993,16 +998,8 @@ Status Scheduler::run_alltoall(Entry& e) {
     total += recv_counts[r];
     first_dim += received[r];
   }
-  void* recv = w.recv;
   std::unique_ptr<char[]> allocated;
-  if (recv == nullptr && total > 0) {
-    allocated.reset(new (std::nothrow) char[total * element]);
-    if (!allocated) {
-      return error(HVD_ERR_INTERNAL, "ALLTOALL '" + w.name + "': could not allocate " +
-                                         std::to_string(total * element) + " bytes for the output");
-    }
-    recv = allocated.get();
-  }
+  HVD_ASSIGN_OR_RETURN(void* const recv, output_of(w, total * element, &allocated));
   hvd_collective_args a = args_for(w, w.send, recv, e.elements);
   a.send_counts = matrix.data() + rank * n;
   a.recv_counts = recv_counts.data();

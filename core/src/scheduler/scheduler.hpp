@@ -202,6 +202,8 @@ class Scheduler {
   void run_alone(Entry& e);
   Status run_allgather(Entry& e);
   Status run_reduce_scatter(Entry& e);
+  static Result<void*> output_of(const Submission& w, uint64_t bytes,
+                                 std::unique_ptr<char[]>* allocated);
   Status run_alltoall(Entry& e);
   void finish(Entry* e, const Status& status);
   void finish(const std::vector<Entry*>& entries, const Status& status);
