@@ -518,25 +518,35 @@ Status Communicator::hierarchical_allreduce(const hvd_collective_args& a) {
   // holds at blocks_ + k * chunk / L between the phases.
   auto length = [&](uint64_t k) { return std::min(chunk, body - k * chunk); };
   auto block = [&](uint64_t k) { return blocks_.data() + k * chunk / L * element; };
+  // A phase's exception (no memory for a buffer) becomes its status: the pipeline's second thread
+  // must never end the process, and this thread must always reach the join.
+  auto caught = [](const char* what, auto&& run) -> Status {
+    try {
+      return run();
+    } catch (const std::exception& e) {
+      return error(HVD_ERR_SYSTEM,
+                   std::string("hierarchical allreduce, ") + what + ": " + e.what());
+    }
+  };
   auto reduce_scatter = [&](uint64_t k) {
     hvd_collective_args p = a;
     p.sendbuf = send + k * chunk * element;
     p.recvbuf = block(k);
     p.count = length(k) / L;
-    return local_->reduce_scatter(p);
+    return caught("reduce-scatter within the host", [&] { return local_->reduce_scatter(p); });
   };
   auto allreduce = [&](uint64_t k) {
     hvd_collective_args p = a;
     p.sendbuf = p.recvbuf = block(k);
     p.count = length(k) / L;
-    return cross_->allreduce(p);
+    return caught("allreduce across hosts", [&] { return cross_->allreduce(p); });
   };
   auto allgather = [&](uint64_t k) {
     hvd_collective_args p = a;
     p.sendbuf = block(k);
     p.recvbuf = recv + k * chunk * element;
     p.count = length(k) / L;
-    return local_->allgather(p);
+    return caught("allgather within the host", [&] { return local_->allgather(p); });
   };
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
