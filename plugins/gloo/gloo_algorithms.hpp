@@ -256,17 +256,23 @@ bool reuses_one_object(size_t count) {
 
 // data[i] = reduction over the ranks of data[i], in place. `agreed`: where reuses_one_object, the
 // minimum over the ranks of ReusedAllreduces::fits(), gathered by the caller; null, and the ranks
-// exchange them here.
+// exchange them here. `order_sensitive`: the reduction's result depends on the order it combines
+// the ranks' values in (a floating-point sum or product). AllreduceRing, the fastest below
+// kChunkedRingFromBytes, combines them in a different order on every rank, so the ranks' results
+// differ in their last bits, and replicas trained on them drift apart; the chunked ring reduces
+// each element on one rank and copies it to the others, so every rank gets the same bits.
 template <typename T>
 void allreduce(Meshes& meshes, T* data, size_t count, const gloo::ReductionFunction<T>* reduction,
-               const ReusedAllreduces::Fits* agreed = nullptr) {
+               bool order_sensitive, const ReusedAllreduces::Fits* agreed = nullptr) {
   const auto& context = meshes.for_bytes(count * sizeof(T));
   const size_t piece = kMaxPieceBytes / sizeof(T);
   for (size_t done = 0; done < count; done += piece) {
     const int n = static_cast<int>(std::min(piece, count - done));
     const size_t bytes = static_cast<size_t>(n) * sizeof(T);
-    if (bytes < kChunkedRingFromBytes) {
+    if (bytes < kChunkedRingFromBytes && !order_sensitive) {
       gloo::AllreduceRing<T>(context, {data + done}, n, reduction).run();
+    } else if (bytes < kChunkedRingFromBytes) {
+      gloo::AllreduceRingChunked<T>(context, {data + done}, n, reduction).run();
     } else if (ReusedAllreduces::holds(bytes)) {
       if (agreed != nullptr && reuses_one_object<T>(count)) {
         meshes.reused->get_agreed(context, data, n, reduction, *agreed).run();
