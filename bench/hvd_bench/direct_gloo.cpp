@@ -100,7 +100,8 @@ class DirectGloo final : public DirectLibrary {
         switch (c.collective) {
           case Collective::kAllreduce:
             if (send != recv) std::copy(send, send + c.count, recv);
-            gloo_algorithms::allreduce(meshes_, recv, c.count, gloo_reduction<T>(c.op));
+            gloo_algorithms::allreduce(meshes_, recv, c.count, gloo_reduction<T>(c.op),
+                                       gloo_algorithms::order_sensitive(c.dtype, c.op));
             break;
           case Collective::kAllgather:
             gloo_algorithms::allgather(meshes_, send, recv, c.count);

@@ -254,6 +254,14 @@ bool reuses_one_object(size_t count) {
          ReusedAllreduces::holds(bytes);
 }
 
+// Whether the ranks' results depend on the order the reduction combines their values in:
+// floating-point sums and products; min and max never.
+inline bool order_sensitive(hvd_dtype dtype, hvd_reduce_op op) {
+  const bool floating =
+      dtype == HVD_FLOAT16 || dtype == HVD_BFLOAT16 || dtype == HVD_FLOAT32 || dtype == HVD_FLOAT64;
+  return floating && (op == HVD_SUM || op == HVD_AVERAGE || op == HVD_PRODUCT);
+}
+
 // data[i] = reduction over the ranks of data[i], in place. `agreed`: where reuses_one_object, the
 // minimum over the ranks of ReusedAllreduces::fits(), gathered by the caller; null, and the ranks
 // exchange them here. `order_sensitive`: the reduction's result depends on the order it combines

@@ -223,14 +223,6 @@ Status check_dtype(hvd_dtype dtype) {
                 "gloo: dtype " + std::to_string(dtype) + " is not one it knows");
 }
 
-// Whether the ranks' results depend on the order the reduction combines their values in (see
-// gloo_algorithms::allreduce): floating-point sums and products; min and max never.
-bool order_sensitive(hvd_dtype dtype, hvd_reduce_op op) {
-  const bool floating =
-      dtype == HVD_FLOAT16 || dtype == HVD_BFLOAT16 || dtype == HVD_FLOAT32 || dtype == HVD_FLOAT64;
-  return floating && (op == HVD_SUM || op == HVD_AVERAGE || op == HVD_PRODUCT);
-}
-
 // Gloo keeps each pair's socket to itself (tcp::Pair::fd_ is protected). A pointer to member
 // named through a derived class is the standard way to read a protected member of an object one
 // did not make; this class is never instantiated.
@@ -419,7 +411,7 @@ class GlooBackend {
         if (!s.ok()) return;
         s = guarded("allreduce", [&] {
           hvd::gloo_algorithms::allreduce(meshes_, data, a.count, reduction,
-                                          order_sensitive(a.dtype, a.op),
+                                          hvd::gloo_algorithms::order_sensitive(a.dtype, a.op),
                                           votes ? &*votes : nullptr);
         });
       });
