@@ -266,9 +266,10 @@ inline bool order_sensitive(hvd_dtype dtype, hvd_reduce_op op) {
 // minimum over the ranks of ReusedAllreduces::fits(), gathered by the caller; null, and the ranks
 // exchange them here. `order_sensitive`: the reduction's result depends on the order it combines
 // the ranks' values in (a floating-point sum or product). AllreduceRing, the fastest below
-// kChunkedRingFromBytes, combines them in a different order on every rank, so the ranks' results
-// differ in their last bits, and replicas trained on them drift apart; the chunked ring reduces
-// each element on one rank and copies it to the others, so every rank gets the same bits.
+// kChunkedRingFromBytes, combines them in a different order on every rank, so from three ranks on
+// their results differ in the last bits, and replicas trained on them drift apart; the chunked
+// ring reduces each element on one rank and copies it to the others, so every rank gets the same
+// bits, at twice the hops (2 (n - 1) against n - 1).
 template <typename T>
 void allreduce(Meshes& meshes, T* data, size_t count, const gloo::ReductionFunction<T>* reduction,
                bool order_sensitive, const ReusedAllreduces::Fits* agreed = nullptr) {
@@ -277,7 +278,9 @@ void allreduce(Meshes& meshes, T* data, size_t count, const gloo::ReductionFunct
   for (size_t done = 0; done < count; done += piece) {
     const int n = static_cast<int>(std::min(piece, count - done));
     const size_t bytes = static_cast<size_t>(n) * sizeof(T);
-    if (bytes < kChunkedRingFromBytes && !order_sensitive) {
+    // At two ranks the ring's orders are a + b and b + a, the same bits (IEEE 754 sums and
+    // products commute); from three on they differ.
+    if (bytes < kChunkedRingFromBytes && (!order_sensitive || context->size <= 2)) {
       gloo::AllreduceRing<T>(context, {data + done}, n, reduction).run();
     } else if (bytes < kChunkedRingFromBytes) {
       gloo::AllreduceRingChunked<T>(context, {data + done}, n, reduction).run();
