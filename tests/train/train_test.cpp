@@ -188,21 +188,57 @@ TEST(DistributedOptimizer, AParameterWithoutAGradientIsReducedAsZeros) {
   expect_same_on_every_rank(flat(*net));
 }
 
-TEST(DistributedOptimizer, MoreBackwardPassesThanConfiguredIsAnErrorNotARace) {
-  Net net = make_net(9);
-  auto sgd = sgd_of(net);
-  hvd::train::DistributedOptimizer opt(*g_comm, sgd, net->named_parameters());
-  loss_of(net, batch_of(g_comm->rank(), 0)).backward();
-  loss_of(net, batch_of(g_comm->rank(), 1)).backward();
-  hvd::Status s = opt.step();
-  EXPECT_EQ(s.code(), HVD_ERR_STATE) << s.to_string();
-  EXPECT_NE(s.message().find("more than backward_passes_per_step"), std::string::npos)
-      << s.to_string();
-  // The next step is a clean one.
-  opt.zero_grad();
-  loss_of(net, batch_of(g_comm->rank(), 2)).backward();
-  EXPECT_TRUE(opt.step().ok());
-  expect_same_on_every_rank(flat(*net));
+// A rank's own failure (here: a backward pass too many, which has already accumulated into the
+// gradient in flight) aborts the communicator, so no rank hangs or steps alone. On a child
+// communicator, so the job's own stays usable.
+TEST(DistributedOptimizer, MoreBackwardPassesThanConfiguredFailsTheStepAndAbortsTheComm) {
+  auto child = g_comm->split(0, g_comm->rank());
+  ASSERT_TRUE(child.ok()) << child.status().to_string();
+  {
+    Net net = make_net(9);
+    auto sgd = sgd_of(net);
+    hvd::train::DistributedOptimizer opt(*child, sgd, net->named_parameters());
+    loss_of(net, batch_of(g_comm->rank(), 0)).backward();
+    loss_of(net, batch_of(g_comm->rank(), 1)).backward();
+    hvd::Status s = opt.step();
+    EXPECT_EQ(s.code(), HVD_ERR_STATE) << s.to_string();
+    EXPECT_NE(s.message().find("more than backward_passes_per_step"), std::string::npos)
+        << s.to_string();
+    opt.zero_grad();
+    loss_of(net, batch_of(g_comm->rank(), 2)).backward();
+    EXPECT_FALSE(opt.step().ok()) << "the communicator was aborted";
+  }
+  (void)child->finalize();
+}
+
+// Horovod's pattern: synchronize(), touch the gradients (clip them), then step() without a
+// second reduction. With a sum, a second one would multiply them by the ranks again.
+TEST(DistributedOptimizer, SynchronizeThenStepReducesOnce) {
+  const int size = g_comm->size();
+  Net net = make_net(3);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.0));
+  hvd::train::DistributedOptimizerOptions options;
+  options.op = HVD_SUM;
+  hvd::train::DistributedOptimizer opt(*g_comm, sgd, net->named_parameters(), options);
+  net->fc2->bias.mutable_grad() = torch::ones({3});
+  ASSERT_TRUE(opt.synchronize().ok());
+  ASSERT_TRUE(opt.step().ok());
+  EXPECT_TRUE(torch::equal(net->fc2->bias.grad(), torch::full({3}, double(size))));
+}
+
+// A weight listed under two names (tied weights) is one parameter: reduced once.
+TEST(DistributedOptimizer, ATiedWeightListedTwiceIsReducedOnce) {
+  const int size = g_comm->size();
+  Net net = make_net(3);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.0));
+  auto named = net->named_parameters();
+  named.insert("tied.fc2.bias", net->fc2->bias);
+  hvd::train::DistributedOptimizerOptions options;
+  options.op = HVD_SUM;
+  hvd::train::DistributedOptimizer opt(*g_comm, sgd, named, options);
+  net->fc2->bias.mutable_grad() = torch::ones({3});
+  ASSERT_TRUE(opt.step().ok());
+  EXPECT_TRUE(torch::equal(net->fc2->bias.grad(), torch::full({3}, double(size))));
 }
 
 TEST(DistributedOptimizer, AProcessSetTrainsAlone) {

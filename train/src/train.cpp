@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -92,29 +93,34 @@ Status broadcast_tensors(Comm& comm, const std::vector<std::pair<std::string, to
   std::vector<Pending> pending;
   pending.reserve(all.size());
   Status first;
+  // Exceptions are caught per tensor: none may unwind past a buffer hvd is writing into.
   for (const auto& [name, tensor] : all) {
     if (!tensor.defined() || tensor.numel() == 0) continue;
-    Pending p;
-    p.target = tensor;
-    p.buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    auto dtype = dtype_of_tensor(p.buffer);
-    auto placement = placement_of(p.buffer);
-    if (!dtype) first = dtype.status().with_context(name);
-    if (!placement) first = placement.status().with_context(name);
+    first = guarded("broadcast", [&, &tensor_name = name, &t = tensor]() -> Status {
+      Pending p;
+      p.target = t;
+      p.buffer = t.is_contiguous() ? t : t.contiguous();
+      auto dtype = dtype_of_tensor(p.buffer);
+      if (!dtype) return dtype.status().with_context(tensor_name);
+      auto placement = placement_of(p.buffer);
+      if (!placement) return placement.status().with_context(tensor_name);
+      p.placement = *placement;
+      auto request = comm.broadcast_async(tensor_name, p.buffer.data_ptr(), p.buffer.data_ptr(),
+                                          *dtype, shape_of(p.buffer), root, p.placement.get());
+      if (!request) return request.status();
+      p.request.emplace(std::move(*request));
+      pending.push_back(std::move(p));
+      return Status::success();
+    });
     if (!first.ok()) break;
-    p.placement = *placement;
-    auto request = comm.broadcast_async(name, p.buffer.data_ptr(), p.buffer.data_ptr(), *dtype,
-                                        shape_of(p.buffer), root, p.placement.get());
-    if (!request) {
-      first = request.status();
-      break;
-    }
-    p.request.emplace(std::move(*request));
-    pending.push_back(std::move(p));
   }
   for (Pending& p : pending) {  // every submitted buffer is waited for before it is released
     Status s = p.request->wait();
-    if (s.ok() && !p.buffer.is_same(p.target)) p.target.copy_(p.buffer);
+    if (s.ok() && !p.buffer.is_same(p.target))
+      s = guarded("broadcast", [&] {
+        p.target.copy_(p.buffer);
+        return Status::success();
+      });
     if (first.ok() && !s.ok()) first = s;
   }
   return first;
@@ -137,6 +143,7 @@ Status broadcast_optimizer_state(Comm& comm, torch::optim::Optimizer& optimizer,
   // LibTorch serializes any optimizer (state keyed by parameter position, and the groups'
   // options), so root's archive is broadcast as bytes and loaded by the others.
   std::string bytes;
+  Status saved;
   if (comm.rank() == root) {
     Status s = guarded("broadcast_optimizer_state: saving", [&] {
       torch::serialize::OutputArchive archive;
@@ -146,13 +153,17 @@ Status broadcast_optimizer_state(Comm& comm, torch::optim::Optimizer& optimizer,
       bytes = out.str();
       return Status::success();
     });
-    if (!s.ok()) bytes.clear();  // broadcast an empty archive: every rank then fails alike
+    if (!s.ok()) {
+      bytes.clear();  // broadcast an empty archive: every rank then fails alike
+      saved = s;
+    }
   }
   int64_t size = static_cast<int64_t>(bytes.size());
   auto sized =
       comm.broadcast_async("broadcast_optimizer_state.size", &size, &size, HVD_INT64, {1}, root);
   if (!sized) return sized.status();
   HVD_RETURN_IF_ERROR(sized->wait());
+  if (!saved.ok()) return saved;
   if (size == 0)
     return Status(HVD_ERR_INTERNAL, "broadcast_optimizer_state: rank " + std::to_string(root) +
                                         " could not serialize its optimizer");
@@ -228,9 +239,14 @@ struct DistributedOptimizer::State {
   DistributedOptimizerOptions options;
   std::mutex mutex;
   std::vector<Slot> slots;
+  // The gradients were reduced by synchronize() and no backward pass has run since: step() then
+  // steps on them without reducing them again.
+  bool synchronized = false;
+  Status setup_error;  // the constructor's, reported by every synchronize()
 
   void gradient_ready(size_t index) noexcept {
     std::lock_guard<std::mutex> lock(mutex);
+    synchronized = false;
     Slot& slot = slots[index];
     if (slot.request || !slot.error.ok()) {
       if (slot.error.ok())
@@ -253,9 +269,13 @@ struct DistributedOptimizer::State {
       torch::NoGradGuard no_grad;
       if (!slot.parameter.grad().defined())
         slot.parameter.mutable_grad() = torch::zeros_like(slot.parameter);
+      // Sparse gradients (an Embedding with sparse=true) are reduced dense, as Horovod's
+      // sparse_as_dense does: a rank that did not touch the embedding sends dense zeros.
+      if (slot.parameter.grad().is_sparse())
+        slot.parameter.mutable_grad() = slot.parameter.grad().to_dense();
       const torch::Tensor& grad = slot.parameter.grad();
-      if (options.compression == Compression::fp16 && grad.is_floating_point() &&
-          grad.scalar_type() != torch::kHalf)
+      if (options.compression == Compression::fp16 &&
+          (grad.scalar_type() == torch::kFloat || grad.scalar_type() == torch::kDouble))
         slot.wire = grad.to(torch::kHalf).contiguous();
       else
         slot.wire = grad.is_contiguous() ? grad : grad.contiguous();
@@ -301,8 +321,12 @@ DistributedOptimizer::DistributedOptimizer(Comm& comm, torch::optim::Optimizer& 
   state_->comm = &comm;
   if (options.backward_passes_per_step < 1) options.backward_passes_per_step = 1;
   state_->options = std::move(options);
+  std::vector<const void*> seen;  // a tied weight, listed under two names, is reduced once
   for (const auto& item : parameters) {
     if (!item.value().requires_grad()) continue;
+    const void* impl = item.value().unsafeGetTensorImpl();
+    if (std::find(seen.begin(), seen.end(), impl) != seen.end()) continue;
+    seen.push_back(impl);
     State::Slot slot;
     slot.name = state_->options.name_prefix + item.key();
     slot.parameter = item.value();
@@ -310,19 +334,34 @@ DistributedOptimizer::DistributedOptimizer(Comm& comm, torch::optim::Optimizer& 
   }
   // The post-hook of a parameter's gradient accumulator runs once its .grad() holds this
   // pass's sum (a tensor hook would see the incoming gradient before accumulation).
+  // A parameter without a hook (none could be made) is still reduced, in synchronize().
   for (size_t i = 0; i < state_->slots.size(); ++i) {
     State::Slot& slot = state_->slots[i];
-    slot.accumulator = torch::autograd::impl::grad_accumulator(slot.parameter);
-    if (slot.accumulator)
-      slot.hook = slot.accumulator->add_post_hook(
-          std::make_unique<GradientReady>(std::weak_ptr<State>(state_), i));
+    Status s = guarded("DistributedOptimizer", [&] {
+      slot.accumulator = torch::autograd::impl::grad_accumulator(slot.parameter);
+      if (slot.accumulator)
+        slot.hook = slot.accumulator->add_post_hook(
+            std::make_unique<GradientReady>(std::weak_ptr<State>(state_), i));
+      return Status::success();
+    });
+    if (!s.ok() && state_->setup_error.ok()) state_->setup_error = s.with_context(slot.name);
   }
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
   for (State::Slot& slot : state_->slots) {
-    if (slot.accumulator) slot.accumulator->del_post_hook(slot.hook);
-    if (slot.request) (void)slot.request->wait();  // hvd may still write into slot.wire
+    if (slot.accumulator && slot.hook != 0) slot.accumulator->del_post_hook(slot.hook);
+  }
+  // hvd may still write into a slot's wire: wait for it. A reduction the other ranks never join
+  // (this rank left its step half done) would wait forever, so past a minute the communicator
+  // is aborted, which fails it at once.
+  for (State::Slot& slot : state_->slots) {
+    if (!slot.request) continue;
+    if (slot.request->wait(60).code() == HVD_ERR_TIMEOUT) {
+      (void)state_->comm->abort();
+      (void)slot.request->wait();
+    }
   }
 }
 
@@ -331,11 +370,16 @@ const DistributedOptimizerOptions& DistributedOptimizer::options() const { retur
 Status DistributedOptimizer::synchronize() {
   State& state = *state_;
   std::lock_guard<std::mutex> lock(state.mutex);
-  Status first;
+  if (state.synchronized) return Status::success();
+  Status first = state.setup_error;
   for (State::Slot& slot : state.slots) {
     if (!slot.request && slot.error.ok()) slot.error = state.submit(slot);
     if (first.ok() && !slot.error.ok()) first = slot.error;
   }
+  // A failure of this rank's own (a hook's, a submission's) leaves the others waiting for
+  // gradients it will not send, or stepping while it does not: the communicator is aborted, so
+  // every rank's step fails instead of hanging or drifting apart.
+  if (!first.ok()) (void)state.comm->abort();
   for (State::Slot& slot : state.slots) {
     if (slot.request) {
       Status s = slot.request->wait();
@@ -353,17 +397,28 @@ Status DistributedOptimizer::synchronize() {
     slot.passes = 0;
     slot.error = Status::success();
   }
+  state.synchronized = first.ok();
   return first;
 }
 
 Status DistributedOptimizer::step() {
   HVD_RETURN_IF_ERROR(synchronize());
-  return guarded("optimizer step", [&] {
+  Status s = guarded("optimizer step", [&] {
     optimizer_.step();
     return Status::success();
   });
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->synchronized = false;
+  return s;
 }
 
-void DistributedOptimizer::zero_grad() { optimizer_.zero_grad(); }
+void DistributedOptimizer::zero_grad() {
+  (void)guarded("zero_grad", [&] {
+    optimizer_.zero_grad();
+    return Status::success();
+  });
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->synchronized = false;
+}
 
 }  // namespace hvd::train

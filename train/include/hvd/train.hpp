@@ -8,16 +8,20 @@
 //   for (auto& batch : my_shard) {
 //     opt.zero_grad();
 //     loss_of(model, batch).backward();  // each gradient leaves for the allreduce when ready
-//     if (hvd::Status s = opt.step(); !s.ok()) { ...the same error on every rank... }
+//     if (hvd::Status s = opt.step(); !s.ok()) { ...every rank's step fails... }
 //   }
 //
 // Each gradient is handed to hvd's fusion scheduler by name (the parameter's name) as soon as
 // autograd has accumulated it, so the allreduce of the last layers overlaps the backward pass of
 // the first; step() waits for the averaged gradients, then runs the wrapped optimizer. The calls
-// return hvd::Status: nothing here throws, and no exception leaves an autograd hook.
+// return hvd::Status: a LibTorch exception becomes HVD_ERR_INTERNAL, and no exception leaves an
+// autograd hook.
 //
 // Lifetimes: the communicator, the wrapped optimizer and the parameters outlive the
-// DistributedOptimizer. Every rank wraps the same parameters under the same names.
+// DistributedOptimizer. Every rank wraps the same parameters under the same names. Construct it
+// after moving the model to its device or dtype: `module->to()` replaces the parameters'
+// gradient accumulators, and with them the hooks (the gradients are then still reduced, in
+// step(), but no longer while backward runs).
 #ifndef HVD_TRAIN_HPP
 #define HVD_TRAIN_HPP
 
@@ -47,7 +51,8 @@ Status broadcast_optimizer_state(Comm& comm, torch::optim::Optimizer& optimizer,
 Result<double> metric_average(Comm& comm, double value, const std::string& name);
 
 // What goes on the wire. fp16 halves the bytes of float32 gradients; the sum is taken in fp16
-// (float32 gradients are converted, reduced, and converted back).
+// (float32 and float64 gradients are converted, reduced, and converted back; others go as they
+// are).
 enum class Compression { none, fp16 };
 
 struct DistributedOptimizerOptions {
@@ -68,20 +73,28 @@ class DistributedOptimizer {
   using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
 
   // Wraps `optimizer`, whose parameters are `parameters` (module.named_parameters()); those that
-  // require a gradient are reduced. Parameters the optimizer has that are not named here are
+  // require a gradient are reduced, a tensor listed under two names (tied weights) once, and a
+  // sparse gradient as a dense one. Parameters the optimizer has that are not named here are
   // stepped on their local gradient.
   DistributedOptimizer(Comm& comm, torch::optim::Optimizer& optimizer,
                        const NamedParameters& parameters, DistributedOptimizerOptions options = {});
+  // Waits for any reduction still in flight (hvd writes into its buffers); one that the other
+  // ranks do not join within a minute is ended by aborting the communicator.
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
   // Waits until every gradient is reduced (submitting, as zeros, those of parameters that got
   // none in this step, so no rank waits for a gradient another rank never makes), then leaves
-  // them in the parameters' .grad(). The first failure is returned (the same on every rank
-  // when the ranks disagree); the optimizer is then not stepped. Horovod's synchronize().
+  // them in the parameters' .grad(). Horovod's synchronize(): a step() after it (with no
+  // backward pass between) steps on these gradients without reducing them again, so they can be
+  // clipped in between. The first failure is returned. A failure of this rank's own (a backward
+  // pass more than backward_passes_per_step, a gradient hvd cannot take) aborts the
+  // communicator, so that the other ranks' steps fail too instead of waiting for its gradients
+  // or stepping without it.
   Status synchronize();
-  // synchronize(), then the wrapped optimizer's step().
+  // synchronize() (unless it was just called), then the wrapped optimizer's step(); on failure
+  // the optimizer is not stepped.
   Status step();
   // The wrapped optimizer's zero_grad().
   void zero_grad();
