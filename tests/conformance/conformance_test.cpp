@@ -27,31 +27,14 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "comm_environment.hpp"
 #include "hvd/hvd.hpp"
 #include "hvd/reduce.h"
 
 namespace {
 
-hvd::Comm* g_comm = nullptr;
-
-class CommEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    auto comm = hvd::Comm::init();
-    ASSERT_TRUE(comm.ok()) << comm.status().to_string();
-    comm_ = std::make_unique<hvd::Comm>(std::move(comm).value());
-    g_comm = comm_.get();
-  }
-  void TearDown() override {
-    if (comm_) {
-      EXPECT_TRUE(comm_->finalize().ok());
-    }
-    g_comm = nullptr;
-  }
-
- private:
-  std::unique_ptr<hvd::Comm> comm_;
-};
+using hvd_test::CommEnvironment;
+using hvd_test::g_comm;
 
 const hvd_dtype kDtypes[] = {HVD_UINT8,   HVD_INT8,     HVD_INT32,   HVD_INT64,
                              HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64};

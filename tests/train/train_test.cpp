@@ -7,28 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "comm_environment.hpp"
 #include "hvd/train.hpp"
 
 namespace {
 
-hvd::Comm* g_comm = nullptr;
-
-class CommEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    auto comm = hvd::Comm::init();
-    ASSERT_TRUE(comm.ok()) << comm.status().to_string();
-    comm_ = std::make_unique<hvd::Comm>(std::move(comm).value());
-    g_comm = comm_.get();
-  }
-  void TearDown() override {
-    g_comm = nullptr;
-    comm_.reset();
-  }
-
- private:
-  std::unique_ptr<hvd::Comm> comm_;
-};
+using hvd_test::CommEnvironment;
+using hvd_test::g_comm;
 
 struct NetImpl : torch::nn::Module {
   NetImpl() {
