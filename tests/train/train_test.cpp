@@ -173,10 +173,11 @@ TEST(DistributedOptimizer, AParameterWithoutAGradientIsReducedAsZeros) {
   expect_same_on_every_rank(flat(*net));
 }
 
-// A rank's own failure (here: a backward pass too many, which has already accumulated into the
-// gradient in flight) aborts the communicator, so no rank hangs or steps alone. On a child
-// communicator, so the job's own stays usable.
-TEST(DistributedOptimizer, MoreBackwardPassesThanConfiguredFailsTheStepAndAbortsTheComm) {
+// A rank's own failure (here: rank 0 runs a backward pass too many, which has already added into
+// the gradient in flight) fails its step and aborts the communicator, so the others fail at their
+// next step at the latest instead of waiting for it. On a child communicator, so that the job's
+// own stays usable.
+TEST(DistributedOptimizer, ABackwardPassTooManyOnOneRankFailsItsStepAndAbortsTheComm) {
   auto child = g_comm->split(0, g_comm->rank());
   ASSERT_TRUE(child.ok()) << child.status().to_string();
   {
@@ -184,14 +185,19 @@ TEST(DistributedOptimizer, MoreBackwardPassesThanConfiguredFailsTheStepAndAborts
     auto sgd = sgd_of(net);
     hvd::train::DistributedOptimizer opt(*child, sgd, net->named_parameters());
     loss_of(net, batch_of(g_comm->rank(), 0)).backward();
-    loss_of(net, batch_of(g_comm->rank(), 1)).backward();
+    if (g_comm->rank() == 0) loss_of(net, batch_of(0, 1)).backward();
     hvd::Status s = opt.step();
-    EXPECT_EQ(s.code(), HVD_ERR_STATE) << s.to_string();
-    EXPECT_NE(s.message().find("more than backward_passes_per_step"), std::string::npos)
-        << s.to_string();
+    if (g_comm->rank() == 0) {
+      EXPECT_EQ(s.code(), HVD_ERR_STATE) << s.to_string();
+      EXPECT_NE(s.message().find("more than backward_passes_per_step"), std::string::npos)
+          << s.to_string();
+    }
+    // The others' first reduction may have completed before rank 0 aborted; the next cannot.
     opt.zero_grad();
     loss_of(net, batch_of(g_comm->rank(), 2)).backward();
-    EXPECT_FALSE(opt.step().ok()) << "the communicator was aborted";
+    if (g_comm->size() > 1 || g_comm->rank() == 0) {
+      EXPECT_FALSE(opt.step().ok()) << "the communicator was aborted";
+    }
   }
   (void)child->finalize();
 }

@@ -376,9 +376,9 @@ Status DistributedOptimizer::synchronize() {
     if (!slot.request && slot.error.ok()) slot.error = state.submit(slot);
     if (first.ok() && !slot.error.ok()) first = slot.error;
   }
-  // A failure of this rank's own (a hook's, a submission's) leaves the others waiting for
-  // gradients it will not send, or stepping while it does not: the communicator is aborted, so
-  // every rank's step fails instead of hanging or drifting apart.
+  // A failure of this rank's own (a hook's, a submission's) would leave the others waiting for
+  // gradients it will not send: the communicator is aborted, so they fail at their next step at
+  // the latest instead of hanging.
   if (!first.ok()) (void)state.comm->abort();
   for (State::Slot& slot : state.slots) {
     if (slot.request) {

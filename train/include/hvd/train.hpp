@@ -90,8 +90,8 @@ class DistributedOptimizer {
   // backward pass between) steps on these gradients without reducing them again, so they can be
   // clipped in between. The first failure is returned. A failure of this rank's own (a backward
   // pass more than backward_passes_per_step, a gradient hvd cannot take) aborts the
-  // communicator, so that the other ranks' steps fail too instead of waiting for its gradients
-  // or stepping without it.
+  // communicator, so that the other ranks fail at their next step at the latest instead of
+  // waiting forever for its gradients.
   Status synchronize();
   // synchronize() (unless it was just called), then the wrapped optimizer's step(); on failure
   // the optimizer is not stepped.
