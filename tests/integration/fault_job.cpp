@@ -11,7 +11,9 @@
 //   --stop-rank R            rank R stops itself (SIGSTOP) instead of calling; once rank 0 has
 //                            reported, it kills rank R (SIGKILL), which ends the job
 //   --kill-rank R=MS         rank R kills itself (SIGKILL) MS milliseconds into its call: a peer
-//                            lost in the middle of the data
+//                            lost in the middle of the data, if the call lasts that long
+//   --die-rank R             rank R kills itself (SIGKILL) instead of calling: a peer certainly
+//                            lost while the others wait for it
 //   --fused                  start the fusion scheduler first (one asynchronous allreduce): the
 //                            call then goes through it, negotiated
 //   --linger S               after reporting, wait S seconds before finalizing: a launcher that
@@ -43,6 +45,7 @@ struct Options {
   int stop_rank = -1;
   int kill_rank = -1;
   int kill_after_ms = 0;
+  int die_rank = -1;
   double linger = 0;
   bool fused = false;
 };
@@ -70,6 +73,8 @@ bool parse(int argc, char** argv, Options* o) {
       auto [r, ms] = split(argv[++i]);
       o->kill_rank = r;
       o->kill_after_ms = std::atoi(ms.c_str());
+    } else if (arg == "--die-rank" && has_value) {
+      o->die_rank = std::atoi(argv[++i]);
     } else if (arg == "--fused") {
       o->fused = true;
     } else if (arg == "--linger" && has_value) {
@@ -142,6 +147,8 @@ int main(int argc, char** argv) {
     ::raise(SIGSTOP);
     ::_exit(0);  // only if continued
   }
+
+  if (rank == o.die_rank) ::raise(SIGKILL);
 
   const std::string call = o.call_for_rank.count(rank) ? o.call_for_rank[rank] : o.call;
   const uint64_t count = o.count_for_rank.count(rank) ? o.count_for_rank[rank] : o.count;
