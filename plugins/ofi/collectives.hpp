@@ -1,0 +1,64 @@
+// collectives.hpp — hvd's collective algorithms over an ofi Endpoint's tagged messages.
+//
+//   allreduce       recursive doubling below `ring_allreduce_bytes` (every rank gets the same
+//                   bits: each pair combines in rank order, and the ranks past the largest power
+//                   of two fold into a partner first); at and above it a ring reduce-scatter then
+//                   a ring allgather, in segments, pipelined (see RingPass in collectives.cpp)
+//   reduce_scatter  the ring's reduce-scatter alone
+//   allgather(v)    the ring's allgather alone, received in place
+//   broadcast       a binomial tree below `scatter_broadcast_bytes` or at 2 ranks; at and above
+//                   it, the root scatters blocks and the ranks allgather them on the ring
+//   barrier         dissemination: ceil(log2 n) rounds of empty messages
+//   alltoall        every pair at once: all receives posted, then all sends
+//
+// Reductions are the SDK's hvd_reduce; AVERAGE sums, and the one rank that completes a block
+// divides it before it travels on, so every rank has the same bits.
+#ifndef HVD_OFI_COLLECTIVES_HPP
+#define HVD_OFI_COLLECTIVES_HPP
+
+#include <cstddef>
+#include <vector>
+
+#include "endpoint.hpp"
+#include "hvd/backend.h"
+
+namespace hvd::ofi {
+
+// The algorithms' knobs, from the environment (docs/performance.md gives the measurements
+// behind the defaults).
+struct Tuning {
+  size_t ring_allreduce_bytes = 64 << 10;    // HVD_OFI_RING_ALLREDUCE_BYTES
+  size_t scatter_broadcast_bytes = 1 << 20;  // HVD_OFI_SCATTER_BROADCAST_BYTES
+  size_t segment_bytes = 256 << 10;          // HVD_OFI_SEGMENT_BYTES: the ring's messages
+  size_t segments_in_flight = 8;             // receive buffers of the ring's reduce-scatter
+  size_t sends_in_flight = 64;
+
+  static Result<Tuning> from_environment();
+};
+
+class Collectives {
+ public:
+  Collectives(Endpoint& endpoint, Tuning tuning) : ep_(endpoint), tuning_(tuning) {}
+
+  Status allreduce(const hvd_collective_args& args);
+  Status reduce_scatter(const hvd_collective_args& args);
+  Status allgather(const hvd_collective_args& args);
+  Status broadcast(const hvd_collective_args& args);
+  Status barrier();
+  Status alltoall(const hvd_collective_args& args);
+
+ private:
+  Status allreduce_recursive_doubling(const hvd_collective_args& args);
+  Status broadcast_tree(const hvd_collective_args& args);
+  Status broadcast_scatter_allgather(const hvd_collective_args& args);
+  // A scratch buffer of at least `bytes`, kept across calls.
+  char* scratch(size_t bytes);
+
+  Endpoint& ep_;
+  Tuning tuning_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace hvd::ofi
+
+#endif  // HVD_OFI_COLLECTIVES_HPP

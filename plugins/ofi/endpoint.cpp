@@ -1,0 +1,377 @@
+#include "endpoint.hpp"
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <sched.h>
+
+#include <cstring>
+#include <thread>
+
+namespace hvd::ofi {
+namespace {
+
+// Tags: bit 63 marks a notice (its low bits are the sender's rank); otherwise bits 32..55 are
+// the call's sequence number and bits 0..31 the message's index within the call.
+constexpr uint64_t kNoticeBit = uint64_t{1} << 63;
+constexpr uint64_t kSequenceMask = (uint64_t{1} << 24) - 1;
+
+// An endpoint name as the out-of-band allgather carries it: the same size on every rank.
+constexpr size_t kNameBytes = 256;
+struct NameRecord {
+  uint32_t length = 0;
+  char provider[60] = {};
+  unsigned char name[kNameBytes - 64] = {};
+};
+static_assert(sizeof(NameRecord) == kNameBytes);
+
+Status fabric_error(const char* what, ssize_t code) {
+  return Status(HVD_ERR_SYSTEM,
+                std::string("ofi: ") + what + " failed: " + fi_strerror(static_cast<int>(-code)));
+}
+
+template <typename Fid>
+void close_fid(Fid*& object) {
+  if (object != nullptr) fi_close(&object->fid);
+  object = nullptr;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
+                                                 const std::string& provider) {
+  std::unique_ptr<Endpoint> ep(new Endpoint());
+  ep->rank_ = ctx.rank;
+  ep->size_ = ctx.size;
+  ep->members_ = ctx.members;
+  ep->timeout_ = ctx.timeout;
+  ep->provider_ = provider;
+  HVD_RETURN_IF_ERROR(ep->open_objects(ctx, provider));
+  HVD_RETURN_IF_ERROR(ep->connect(ctx));
+  HVD_RETURN_IF_ERROR(ep->post_notice_receive());
+  return ep;
+}
+
+Endpoint::~Endpoint() {
+  // The endpoint first: closing it cancels what it had posted.
+  close_fid(ep_);
+  close_fid(av_);
+  close_fid(cq_);
+  close_fid(domain_);
+  close_fid(fabric_);
+  if (info_ != nullptr) fi_freeinfo(info_);
+}
+
+Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& provider) {
+  fi_info* hints = fi_allocinfo();
+  if (hints == nullptr) return Status(HVD_ERR_SYSTEM, "ofi: fi_allocinfo failed");
+  // Reliable datagrams with tagged messages matched by source. No memory registration: hvd asks
+  // only for providers that move unregistered buffers (shm, tcp;ofi_rxm; rxm over verbs registers
+  // and caches internally).
+  hints->caps = FI_TAGGED | FI_DIRECTED_RECV;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->mr_mode = 0;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  // Across hosts, listen on the address the peers reach this host at; on one host shm needs none.
+  const bool bind_address = provider != "shm" && !ctx.local_address.empty();
+  const int found = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),
+                               bind_address ? ctx.local_address.c_str() : nullptr, nullptr,
+                               bind_address ? FI_SOURCE : 0, hints, &info_);
+  fi_freeinfo(hints);
+  if (found != 0) {
+    return Status(HVD_ERR_UNSUPPORTED,
+                  "ofi: libfabric has no provider '" + provider +
+                      "' with reliable tagged messages" +
+                      (bind_address ? " on " + ctx.local_address : std::string()) + " (" +
+                      fi_strerror(-found) +
+                      "); HVD_OFI_PROVIDER chooses one of those `fi_info -t FI_EP_RDM` lists");
+  }
+  int code = fi_fabric(info_->fabric_attr, &fabric_, nullptr);
+  if (code != 0) return fabric_error("fi_fabric", code);
+  code = fi_domain(fabric_, info_, &domain_, nullptr);
+  if (code != 0) return fabric_error("fi_domain", code);
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_TAGGED;
+  cq_attr.wait_obj = FI_WAIT_NONE;  // the caller polls: see wait_until
+  cq_attr.size = info_->rx_attr->size + info_->tx_attr->size;
+  code = fi_cq_open(domain_, &cq_attr, &cq_, nullptr);
+  if (code != 0) return fabric_error("fi_cq_open", code);
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_TABLE;
+  av_attr.count = static_cast<size_t>(size_);
+  code = fi_av_open(domain_, &av_attr, &av_, nullptr);
+  if (code != 0) return fabric_error("fi_av_open", code);
+  code = fi_endpoint(domain_, info_, &ep_, nullptr);
+  if (code != 0) return fabric_error("fi_endpoint", code);
+  code = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV);
+  if (code != 0) return fabric_error("binding the completion queue", code);
+  code = fi_ep_bind(ep_, &av_->fid, 0);
+  if (code != 0) return fabric_error("binding the address vector", code);
+  code = fi_enable(ep_);
+  if (code != 0) return fabric_error("fi_enable", code);
+  description_ = std::string(info_->fabric_attr->prov_name) + " on " + info_->domain_attr->name +
+                 ", fabric " + info_->fabric_attr->name;
+  return Status::success();
+}
+
+Status Endpoint::connect(const sdk::InitContext& ctx) {
+  NameRecord mine;
+  size_t length = sizeof(mine.name);
+  const int code = fi_getname(&ep_->fid, mine.name, &length);
+  if (code != 0) return fabric_error("fi_getname", code);
+  mine.length = static_cast<uint32_t>(length);
+  std::strncpy(mine.provider, info_->fabric_attr->prov_name, sizeof(mine.provider) - 1);
+  std::vector<NameRecord> all(static_cast<size_t>(size_));
+  HVD_RETURN_IF_ERROR(ctx.host.oob_allgather(&mine, sizeof(mine), all.data(), ctx.timeout)
+                          .with_context("ofi: exchanging endpoint names"));
+  // Every rank must speak the same provider: say which rank uses which, the same on every rank.
+  for (int r = 0; r < size_; ++r) {
+    const NameRecord& theirs = all[static_cast<size_t>(r)];
+    if (std::strncmp(theirs.provider, mine.provider, sizeof(mine.provider)) != 0 ||
+        theirs.length > sizeof(theirs.name)) {
+      std::string list;
+      for (int q = 0; q < size_; ++q) {
+        const NameRecord& record = all[static_cast<size_t>(q)];
+        list += (q > 0 ? ", " : "") + name_of(q) + " " +
+                std::string(record.provider, strnlen(record.provider, sizeof(record.provider)));
+      }
+      return Status(HVD_ERR_MISMATCH, "ofi: the ranks use different libfabric providers (" + list +
+                                          "); set the same HVD_OFI_PROVIDER on every rank");
+    }
+  }
+  addresses_.assign(static_cast<size_t>(size_), FI_ADDR_UNSPEC);
+  for (int r = 0; r < size_; ++r) {
+    const int inserted = fi_av_insert(av_, all[static_cast<size_t>(r)].name, 1,
+                                      &addresses_[static_cast<size_t>(r)], 0, nullptr);
+    if (inserted != 1) {
+      return Status(HVD_ERR_SYSTEM, "ofi: fi_av_insert of " + name_of(r) + "'s address failed");
+    }
+  }
+  return Status::success();
+}
+
+Status Endpoint::post_notice_receive() {
+  notice_op_ = Op{};
+  notice_op_.peer = -1;
+  notice_op_.bytes = sizeof(notice_);
+  const uint64_t ignore = ~kNoticeBit;  // from any rank
+  for (;;) {
+    const ssize_t posted = fi_trecv(ep_, &notice_, sizeof(notice_), nullptr, FI_ADDR_UNSPEC,
+                                    kNoticeBit, ignore, &notice_op_.context);
+    if (posted == 0) return Status::success();
+    if (posted != -FI_EAGAIN) return fabric_error("posting the notice receive", posted);
+    (void)fi_cq_read(cq_, nullptr, 0);
+  }
+}
+
+std::string Endpoint::name_of(int peer) const {
+  const std::string name = "rank " + std::to_string(peer);
+  if (peer < 0 || peer >= static_cast<int>(members_.size()) ||
+      members_[static_cast<size_t>(peer)] == peer) {
+    return name;
+  }
+  return name + " (job rank " + std::to_string(members_[static_cast<size_t>(peer)]) + ")";
+}
+
+uint64_t Endpoint::tag(uint32_t index) const {
+  return (uint64_t{sequence_ & kSequenceMask} << 32) | index;
+}
+
+Status Endpoint::check_usable() const {
+  if (aborted_.load()) {
+    return Status(HVD_ERR_STATE, "ofi: the communicator was aborted; it takes no more calls");
+  }
+  if (broken_) {
+    return Status(broken_status_.code() == HVD_SUCCESS ? HVD_ERR_REMOTE : broken_status_.code(),
+                  "ofi: the communicator failed earlier (" + broken_status_.message() +
+                      "); it takes no more calls");
+  }
+  return Status::success();
+}
+
+Status Endpoint::begin(const char* what) {
+  HVD_RETURN_IF_ERROR(check_usable());
+  ++sequence_;
+  call_ = what;
+  ops_.clear();
+  return Status::success();
+}
+
+Status Endpoint::end(Status failure) {
+  if (failure.ok()) {
+    for (const Op& op : ops_) {
+      if (!op.done) {
+        failure = Status(HVD_ERR_INTERNAL,
+                         std::string("ofi ") + call_ + ": the call ended with a message in flight");
+        break;
+      }
+    }
+  }
+  if (failure.ok()) {
+    ops_.clear();
+    return failure;
+  }
+  if (!broken_) {
+    broken_status_ = failure;
+    break_endpoint(failure.code());
+  }
+  return failure;
+}
+
+void Endpoint::break_endpoint(hvd_status code) {
+  broken_ = true;
+  if (ep_ == nullptr) return;
+  // Best effort: tell every peer, then close. An inject needs no completion.
+  const Notice notice{rank_, static_cast<int32_t>(code)};
+  if (info_->tx_attr->inject_size >= sizeof(notice)) {
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      for (int attempt = 0; attempt < 100; ++attempt) {
+        const ssize_t sent =
+            fi_tinject(ep_, &notice, sizeof(notice), addresses_[static_cast<size_t>(r)],
+                       kNoticeBit | static_cast<uint64_t>(rank_));
+        if (sent != -FI_EAGAIN) break;
+        (void)fi_cq_read(cq_, nullptr, 0);
+      }
+    }
+    // Let an injected notice leave before the endpoint goes (tcp sends from this thread).
+    for (int i = 0; i < 100; ++i) (void)fi_cq_read(cq_, nullptr, 0);
+  }
+  close_fid(ep_);  // cancels every posted operation: nothing touches the caller's buffers after
+  ops_.clear();
+}
+
+Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, size_t bytes) {
+  ops_.emplace_back();
+  Op* op = &ops_.back();
+  op->is_send = true;
+  op->peer = peer;
+  op->bytes = bytes;
+  const ssize_t posted = fi_tsend(ep_, buffer, bytes, nullptr,
+                                  addresses_[static_cast<size_t>(peer)], tag(index), &op->context);
+  if (posted == 0) return op;
+  ops_.pop_back();
+  if (posted == -FI_EAGAIN) return static_cast<Op*>(nullptr);
+  return Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": sending to " + name_of(peer) +
+                                    " failed: " + fi_strerror(static_cast<int>(-posted)));
+}
+
+Result<Op*> Endpoint::try_recv(int peer, uint32_t index, void* buffer, size_t bytes) {
+  ops_.emplace_back();
+  Op* op = &ops_.back();
+  op->peer = peer;
+  op->bytes = bytes;
+  const ssize_t posted =
+      fi_trecv(ep_, buffer, bytes, nullptr, addresses_[static_cast<size_t>(peer)], tag(index), 0,
+               &op->context);
+  if (posted == 0) return op;
+  ops_.pop_back();
+  if (posted == -FI_EAGAIN) return static_cast<Op*>(nullptr);
+  return Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": receiving from " + name_of(peer) +
+                                    " failed: " + fi_strerror(static_cast<int>(-posted)));
+}
+
+Result<Op*> Endpoint::post(bool is_send, int peer, uint32_t index, void* buffer, size_t bytes) {
+  Op* op = nullptr;
+  Status failure;
+  HVD_RETURN_IF_ERROR(wait_until(
+      [&] {
+        Result<Op*> posted =
+            is_send ? try_send(peer, index, buffer, bytes) : try_recv(peer, index, buffer, bytes);
+        if (!posted.ok()) failure = posted.status();
+        op = posted.ok() ? *posted : nullptr;
+        return op != nullptr || !failure.ok();
+      },
+      [peer] { return peer; }));
+  if (!failure.ok()) return failure;
+  return op;
+}
+
+Result<bool> Endpoint::progress() {
+  fi_cq_tagged_entry entries[16];
+  const ssize_t n = fi_cq_read(cq_, entries, 16);
+  if (n > 0) {
+    for (ssize_t i = 0; i < n; ++i) {
+      Op* op = static_cast<Op*>(entries[i].op_context);
+      if (op == &notice_op_) return notice_failure();
+      if (!op->is_send && entries[i].len != op->bytes) {
+        return Status(HVD_ERR_MISMATCH,
+                      std::string("ofi ") + call_ + ": " + name_of(op->peer) + " sent " +
+                          std::to_string(entries[i].len) + " bytes where " +
+                          std::to_string(op->bytes) +
+                          " were expected (the ranks disagree on the call, its count or dtype)");
+      }
+      op->done = true;
+    }
+    return true;
+  }
+  if (n == -FI_EAGAIN) return false;
+  if (n != -FI_EAVAIL) return fabric_error("fi_cq_read", n);
+  fi_cq_err_entry error{};
+  const ssize_t read = fi_cq_readerr(cq_, &error, 0);
+  if (read != 1) return fabric_error("fi_cq_readerr", read);
+  const Op* op = static_cast<const Op*>(error.op_context);
+  const std::string detail = fi_strerror(error.err) + std::string(" (") +
+                             fi_cq_strerror(cq_, error.prov_errno, error.err_data, nullptr, 0) +
+                             ")";
+  if (op == &notice_op_) {
+    return Status(HVD_ERR_REMOTE, std::string("ofi ") + call_ + ": a peer's notice: " + detail);
+  }
+  const std::string what = std::string("ofi ") + call_ + ": " +
+                           (op->is_send ? "sending to " : "receiving from ") + name_of(op->peer);
+  if (error.err == FI_ETRUNC) {
+    return Status(HVD_ERR_MISMATCH, what + ": it sent more than the " + std::to_string(op->bytes) +
+                                        " bytes expected (the ranks disagree on the call, its "
+                                        "count or dtype)");
+  }
+  return Status(HVD_ERR_REMOTE,
+                what + " failed: " + detail + " (the peer failed or is unreachable)");
+}
+
+Status Endpoint::wait_all() {
+  auto first_pending = [this]() -> const Op* {
+    for (const Op& op : ops_) {
+      if (!op.done) return &op;
+    }
+    return nullptr;
+  };
+  return wait_until([&] { return first_pending() == nullptr; },
+                    [&] {
+                      const Op* op = first_pending();
+                      return op != nullptr ? op->peer : -1;
+                    });
+}
+
+Status Endpoint::notice_failure() const {
+  const std::string code = hvd_status_name(static_cast<hvd_status>(notice_.code));
+  return Status(HVD_ERR_REMOTE, std::string("ofi ") + call_ + ": " + name_of(notice_.rank) +
+                                    " gave up on the communicator (its call failed: " + code +
+                                    "); see its own error");
+}
+
+Status Endpoint::timeout_failure(int peer) const {
+  const double seconds = std::chrono::duration<double>(timeout_).count();
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g", seconds);
+  return Status(HVD_ERR_TIMEOUT, std::string("ofi ") + call_ +
+                                     ": nothing arrived from or left for " + name_of(peer) +
+                                     " in " + text +
+                                     " s (HVD_TIMEOUT): it stopped, died, or is in another call");
+}
+
+// Spin a little, then yield, then sleep: a long wait (a peer still computing) must not take a
+// core from the ranks that share it.
+void Endpoint::nap(std::chrono::steady_clock::time_point idle_since, int polls) const {
+  if (polls < 64) return;
+  if (std::chrono::steady_clock::now() - idle_since < std::chrono::milliseconds(2)) {
+    sched_yield();
+    return;
+  }
+  std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+}  // namespace hvd::ofi

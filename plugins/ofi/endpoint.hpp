@@ -1,0 +1,170 @@
+// endpoint.hpp — one communicator's libfabric endpoint: tagged messages to its ranks, progressed
+// by the calling thread, every wait bounded.
+//
+// The objects are the usual RDM set (fabric, domain, completion queue, address vector, endpoint),
+// opened per communicator. Peers' endpoint names travel through the host's out-of-band allgather.
+//
+// Every collective call is a Call: its messages carry the call's sequence number in their tags, so
+// a late message of one call never matches a receive of the next. Progress is the caller's: it
+// reads the completion queue while it waits, spinning briefly, then yielding, then napping, so
+// that 3 or 4 ranks on 2 cores still move. A wait that sees no completion for the timeout fails,
+// naming the rank it waits for.
+//
+// A call that fails (timeout, a peer's error completion, abort, a message of the wrong size)
+// breaks the endpoint for good: this rank tells every peer with a short notice (a receive for it
+// is always posted), then closes the endpoint, which cancels whatever it had posted, so that no
+// transfer touches the caller's buffers after the call returns. A peer's notice fails that
+// peer's call at once, naming this rank, instead of letting it wait out its timeout.
+#ifndef HVD_OFI_ENDPOINT_HPP
+#define HVD_OFI_ENDPOINT_HPP
+
+#include <rdma/fabric.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvd/sdk/backend.hpp"
+
+namespace hvd::ofi {
+
+// One posted send or receive. `context` comes first: the completion's op_context is this Op.
+struct Op {
+  fi_context2 context{};
+  bool done = false;
+  bool is_send = false;
+  int peer = -1;
+  size_t bytes = 0;  // posted length; a receive must get exactly this many
+};
+
+class Endpoint {
+ public:
+  // Opens `provider` (a libfabric provider name such as "shm" or "tcp;ofi_rxm") and connects to
+  // the communicator's ranks. Collective over them.
+  static Result<std::unique_ptr<Endpoint>> open(const sdk::InitContext& ctx,
+                                                const std::string& provider);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& provider() const { return provider_; }
+  // "shm 117.0, inject 4096 B" and the like, for the log.
+  const std::string& description() const { return description_; }
+
+  // Fails at once when the endpoint is broken or aborted; otherwise starts a call named `what`
+  // ("allreduce"), whose messages are told apart from every other call's.
+  Status begin(const char* what);
+  // The call's end: success, or `failure`, after which the endpoint is broken (see above).
+  Status end(Status failure);
+
+  // Post a tagged message of the current call to / from communicator rank `peer`. `index` tells
+  // the call's messages between the same two ranks apart. A posted Op stays valid until end().
+  // try_* return nullptr when the provider's queue is full (post again after progress()).
+  Result<Op*> try_send(int peer, uint32_t index, const void* buffer, size_t bytes);
+  Result<Op*> try_recv(int peer, uint32_t index, void* buffer, size_t bytes);
+  // The same, retrying while the queue is full (bounded by the timeout).
+  Result<Op*> send(int peer, uint32_t index, const void* buffer, size_t bytes) {
+    return post(true, peer, index, const_cast<void*>(buffer), bytes);
+  }
+  Result<Op*> recv(int peer, uint32_t index, void* buffer, size_t bytes) {
+    return post(false, peer, index, buffer, bytes);
+  }
+
+  // Reads what completed, without waiting. True when anything did.
+  Result<bool> progress();
+
+  // Waits until `done()` holds, progressing; fails when nothing completes for the timeout (or on
+  // abort, or a peer's notice). `waiting_for()` names the rank the caller waits on, for the error.
+  template <typename Done, typename WaitingFor>
+  Status wait_until(Done&& done, WaitingFor&& waiting_for);
+
+  Status wait(const Op* op) {
+    return wait_until([op] { return op->done; }, [op] { return op->peer; });
+  }
+  // Waits for every Op posted in this call.
+  Status wait_all();
+
+  // From any thread: make a call in progress fail soon, and every later call fail at once.
+  void abort() { aborted_.store(true); }
+
+  // What the ranks are called in messages: "rank 2" or, in a communicator that is not the
+  // world, "rank 1 (job rank 3)".
+  std::string name_of(int peer) const;
+
+ private:
+  Endpoint() = default;
+  Status open_objects(const sdk::InitContext& ctx, const std::string& provider);
+  Status connect(const sdk::InitContext& ctx);
+  Status post_notice_receive();
+  Result<Op*> post(bool is_send, int peer, uint32_t index, void* buffer, size_t bytes);
+  void break_endpoint(hvd_status code);
+  Status check_usable() const;
+  Status notice_failure() const;
+  Status timeout_failure(int peer) const;
+  void nap(std::chrono::steady_clock::time_point idle_since, int polls) const;
+  uint64_t tag(uint32_t index) const;
+
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<int> members_;
+  std::chrono::milliseconds timeout_{0};
+  std::string provider_;
+  std::string description_;
+
+  fi_info* info_ = nullptr;
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  fid_cq* cq_ = nullptr;
+  fid_av* av_ = nullptr;
+  fid_ep* ep_ = nullptr;
+  std::vector<fi_addr_t> addresses_;  // by communicator rank
+
+  // A peer's notice that it gave up: {rank, status code}.
+  struct Notice {
+    int32_t rank = -1;
+    int32_t code = 0;
+  };
+  Op notice_op_;
+  Notice notice_{};
+
+  uint32_t sequence_ = 0;  // calls begun, identical on every rank
+  const char* call_ = "";  // the call in progress
+  std::deque<Op> ops_;     // this call's, stable addresses
+  bool broken_ = false;
+  Status broken_status_;
+  std::atomic<bool> aborted_{false};
+};
+
+// ---- template implementation -------------------------------------------------------------------
+
+template <typename Done, typename WaitingFor>
+Status Endpoint::wait_until(Done&& done, WaitingFor&& waiting_for) {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point idle_since = Clock::now();
+  int polls = 0;
+  while (!done()) {
+    HVD_ASSIGN_OR_RETURN(const bool moved, progress());
+    if (moved) {
+      idle_since = Clock::now();
+      polls = 0;
+      continue;
+    }
+    if (aborted_.load(std::memory_order_relaxed)) {
+      return Status(HVD_ERR_STATE,
+                    std::string("ofi ") + call_ + ": the communicator was aborted during the call");
+    }
+    if (Clock::now() - idle_since > timeout_) return timeout_failure(waiting_for());
+    nap(idle_since, ++polls);
+  }
+  return Status::success();
+}
+
+}  // namespace hvd::ofi
+
+#endif  // HVD_OFI_ENDPOINT_HPP
