@@ -27,7 +27,12 @@ Result<std::unique_ptr<DirectLibrary>> open_direct(Comm& comm) {
 #ifdef HVD_BENCH_WITH_MPI
   if (backend == "mpi") return open_direct_mpi(comm);
 #endif
-  return error(HVD_ERR_NOT_FOUND, "hvd-bench has no direct baseline for backend '" + backend +
+  if (backend == "ofi") {
+    return error(HVD_ERR_NOT_FOUND,
+                 "no direct library collective to compare with (hvd's own algorithms over "
+                 "libfabric)");
+  }
+  return error(HVD_ERR_NOT_FOUND, "no direct baseline: hvd-bench has none for backend '" + backend +
                                       "' (it knows gloo and mpi, where they were built)");
 }
 

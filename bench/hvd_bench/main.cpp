@@ -61,8 +61,9 @@ Result<std::vector<std::string>> host_names(Comm& comm) {
   return hosts;
 }
 
-// What a backend's bytes travel on, as far as the environment tells.
-std::string transport_of(const std::string& backend, const core::EnvLookup& env) {
+// What a backend's bytes travel on, as far as the environment tells. `one_host`: every rank of
+// the communicator measured is on one host (hvd's host identities: its local size is its size).
+std::string transport_of(const std::string& backend, const core::EnvLookup& env, bool one_host) {
   if (backend == "gloo") {
     if (auto iface = env("HVD_GLOO_IFACE")) return "tcp (" + *iface + ")";
     return "tcp";
@@ -74,6 +75,12 @@ std::string transport_of(const std::string& backend, const core::EnvLookup& env)
     return t;
   }
   if (backend == "nccl") return "NCCL (" + env("NCCL_NET").value_or("auto") + ")";
+  if (backend == "ofi") {
+    // The plugin's own choice: HVD_OFI_PROVIDER, else shared memory within one host, else TCP
+    // under the RxM utility provider.
+    if (auto provider = env("HVD_OFI_PROVIDER")) return "libfabric " + *provider;
+    return one_host ? "libfabric shm" : "libfabric tcp;ofi_rxm";
+  }
   if (auto provider = env("FI_PROVIDER")) return "libfabric " + *provider;
   return "backend's own";
 }
@@ -474,15 +481,37 @@ class Bench {
       return 1;
     }
     if (o_.tensors > 0) return run_fusion(backends);
+    if (!o_.compare.empty()) {
+      if (o_.backends.size() == 1 && o_.backends[0] == "all") {
+        const Status s = check_compare_in(o_.compare, backends,
+                                          "--backend all (found: " + backend_list(backends) + ")");
+        if (!s.ok()) {
+          std::fprintf(stderr, "hvd-bench: %s\n", s.message().c_str());
+          return 2;
+        }
+      }
+      // The reference runs first, so that every other backend's rows can carry their ratio to it.
+      std::stable_partition(backends.begin(), backends.end(),
+                            [&](const std::string& b) { return b == o_.compare; });
+    }
     bool failed = false;
-    for (const std::string& name : backends) {
+    for (size_t i = 0; i < backends.size(); ++i) {
+      const std::string& name = backends[i];
+      is_reference_ = !o_.compare.empty() && i == 0;
       // --check-args: this one without the check, whatever the environment says.
       Result<Comm> comm = o_.check_args ? init_with_check_args(name, "0")
                                         : Comm::init(Comm::Options{name, o_.timeout_seconds});
       if (!comm.ok()) {
         report_.skip(name.empty() ? "(default)" : name, comm.status().message());
+        if (is_reference_) {
+          compare_reference_ = name;
+          compare_missing_ = name + " did not run: " + comm.status().message();
+        }
         continue;
       }
+      // The reference as it names itself (the tables' name), which --backend may have given as a
+      // path.
+      if (is_reference_) compare_reference_ = comm->backend();
       const Status s = run_backend(*comm, name);
       if (!s.ok()) {
         std::fprintf(stderr, "hvd-bench: rank %d: backend %s: %s\n", comm->rank(),
@@ -608,6 +637,11 @@ class Bench {
     if (comm.rank() == printer_) limits = measure_limits(device);
     HVD_RETURN_IF_ERROR(comm.barrier());
     report_.header(job, limits);
+    if (!o_.compare.empty()) {
+      report_.note("--compare " + o_.compare + ": " + o_.compare +
+                   " runs first; every other backend's table then gets its ratio to " + o_.compare +
+                   " in each row\n#");
+    }
     header_done_ = true;
     return Status::success();
   }
@@ -629,6 +663,7 @@ class Bench {
   // Every table of this backend on `comm` (the job's communicator, or a process set's).
   Status run_tables(Comm& comm, const std::string& name, int device) {
     std::unique_ptr<DirectLibrary> direct;
+    std::string direct_missing;
     if (o_.baseline) {
       Result<std::unique_ptr<DirectLibrary>> opened = open_direct(comm);
       // Every rank runs the baseline or none does, or the ranks' calls would not pair up.
@@ -637,8 +672,10 @@ class Bench {
       if (opened_everywhere) {
         direct = std::move(opened).value();
       } else {
-        report_.note("backend " + comm.backend() + ": no baseline: " +
-                     (opened.ok() ? "it failed on another rank" : opened.status().message()));
+        // Its direct columns read n/a; the reason once, here.
+        direct_missing =
+            opened.ok() ? "the baseline failed on another rank" : opened.status().message();
+        report_.note(comm.backend() + ": " + direct_missing);
       }
     }
     // --check-args: the same backend once more, checking every blocking call's arguments.
@@ -653,11 +690,16 @@ class Bench {
       TableInfo table;
       table.backend = comm.backend();
       table.backend_version = plugin.ok() ? plugin->version : "";
-      table.transport = transport_of(comm.backend(), env_);
+      table.transport = transport_of(comm.backend(), env_, comm.local_size() == comm.size());
       table.collective = collective;
       table.ranks = comm.size();
       if (plugin.ok()) table.path = path_of(collective, *plugin);
       if (direct) table.direct_call = direct->call_name(collective);
+      table.direct_missing = direct_missing;
+      if (!compare_reference_.empty() && !is_reference_) {
+        table.compare_with = compare_reference_;
+        table.compare_missing = compare_missing_;
+      }
       table.check_args = checked.has_value();
       report_.begin_table(table);
       Runner runner(o_, comm, report_, direct.get(), checked ? &*checked : nullptr, device);
@@ -785,6 +827,11 @@ class Bench {
   core::EnvLookup env_;
   Report report_;
   bool header_done_ = false;
+  // --compare: the reference backend (set once it has started: it runs first), whether the
+  // backend running now is it, and why it has no results where it could not run.
+  std::string compare_reference_;
+  bool is_reference_ = false;
+  std::string compare_missing_;
   int printer_;
   bool printing_;
 };

@@ -119,7 +119,39 @@ Result<double> parse_double(const char* flag, const std::string& text, double mi
   return value;
 }
 
+// --compare NAME against --backend (a list given, or 'all', checked once the plugins are found).
+Status check_compare(const Options& o) {
+  const std::string flag = "--compare " + o.compare;
+  if (o.tensors > 0)
+    return usage_error(flag + ": compares bandwidth and latency tables, not --tensors");
+  if (o.backends.empty()) {
+    return usage_error(flag + ": no --backend given; name " + o.compare +
+                       " and the backends to compare with it (--backend OTHER," + o.compare + ")");
+  }
+  if (o.backends.size() == 1 && o.backends[0] == "all") return Status::success();
+  return check_compare_in(o.compare, o.backends, "--backend " + backend_list(o.backends));
+}
+
 }  // namespace
+
+std::string backend_list(const std::vector<std::string>& backends) {
+  std::string list;
+  for (const std::string& b : backends) list += (list.empty() ? "" : ",") + b;
+  return list;
+}
+
+Status check_compare_in(const std::string& name, const std::vector<std::string>& backends,
+                        const std::string& what) {
+  const std::string flag = "--compare " + name;
+  if (std::find(backends.begin(), backends.end(), name) == backends.end()) {
+    return usage_error(flag + ": not one of the backends of " + what);
+  }
+  if (std::count_if(backends.begin(), backends.end(),
+                    [&](const std::string& b) { return b != name; }) == 0) {
+    return usage_error(flag + ": " + what + " has no other backend to compare with it");
+  }
+  return Status::success();
+}
 
 const char* collective_name(Collective c) {
   switch (c) {
@@ -183,7 +215,13 @@ const char* usage_text() {
          "  --backend NAME          a backend, a list, or 'all' (every backend found), run one\n"
          "                          after another in this job (default: HVD_BACKEND, or gloo)\n"
          "  --baseline              time the library directly beside hvd (MPI_Allreduce, the\n"
-         "                          Gloo algorithms the plugin runs, ...) and print hvd/direct\n"
+         "                          Gloo algorithms the plugin runs, ...) and print hvd/direct;\n"
+         "                          n/a, with the reason, for a backend without one (ofi)\n"
+         "  --compare NAME          NAME is one of --backend's, and runs first; every other\n"
+         "                          backend's rows get a column 'vs NAME': its busbw / NAME's at\n"
+         "                          the same collective, type, op and size (algbw at one rank;\n"
+         "                          with --latency NAME's p50 / its p50). Above 1: it is faster.\n"
+         "                          Backends run one after another, not interleaved\n"
          "  --check-args            time every call also on a second communicator opened with\n"
          "                          HVD_CHECK_ARGS=1, alternating, and print the overhead of the\n"
          "                          argument check (with minus without, us and %)\n"
@@ -338,6 +376,14 @@ Result<Options> parse_options(int argc, char** argv) {
       });
     } else if (arg == "--baseline") {
       o.baseline = true;
+    } else if (arg == "--compare") {
+      s = take([&](const std::string& v) -> Status {
+        if (v.empty() || v.find(',') != std::string::npos || v == "all") {
+          return usage_error("--compare: '" + v + "' is not one backend's name");
+        }
+        o.compare = v;
+        return Status::success();
+      });
     } else if (arg == "--check-args") {
       o.check_args = true;
     } else if (arg == "--tensors") {
@@ -376,6 +422,7 @@ Result<Options> parse_options(int argc, char** argv) {
     return usage_error("--process-set runs the bandwidth and latency tables: not with " +
                        std::string(o.check_args ? "--check-args" : "--tensors"));
   }
+  if (!o.compare.empty()) HVD_RETURN_IF_ERROR(check_compare(o));
   if (o.latency) {
     if (!o.iters_given) o.iters = 0;  // per size: OSU's 1000 / 100
     if (!o.warmup_given) o.warmup_iters = -1;

@@ -33,6 +33,9 @@ struct Options {
   std::vector<hvd_reduce_op> ops = {HVD_SUM};
   int root = 0;  // -r
   bool baseline = false;
+  // --compare NAME: every other backend's rows carry its busbw over NAME's (latency: NAME's p50
+  // over its own); NAME is one of `backends` and runs first.
+  std::string compare;
   bool check_args = false;  // --check-args: each call also timed with HVD_CHECK_ARGS=1
   bool latency = false;
   int tensors = 0;               // --tensors K: the fusion mode (K named tensors per step)
@@ -51,6 +54,13 @@ struct Options {
 // Parses argv; a usage error says which flag and why.
 Result<Options> parse_options(int argc, char** argv);
 const char* usage_text();
+
+// "a,b,c".
+std::string backend_list(const std::vector<std::string>& backends);
+// --compare NAME: a usage error unless NAME is one of `backends` and another backend is there too
+// (`what` names the list in the message: "--backend gloo,mpi").
+Status check_compare_in(const std::string& name, const std::vector<std::string>& backends,
+                        const std::string& what);
 
 // nccl-tests' names: "float", "half", "bfloat16", "double", "int8", "uint8", "int32", "int64".
 const char* type_name(hvd_dtype dtype);

@@ -36,6 +36,16 @@ std::string wrong_text(const std::optional<uint64_t>& wrong) {
   return wrong ? std::to_string(*wrong) : "N/A";
 }
 
+// The direct columns are there with --baseline: the library's figures, or n/a where it has none.
+bool direct_columns(const TableInfo& table) {
+  return !table.direct_call.empty() || !table.direct_missing.empty();
+}
+
+// --compare's column: the ratio, or n/a.
+std::string ratio_text(const std::optional<double>& ratio) {
+  return ratio && std::isfinite(*ratio) ? number(*ratio, "%12.3f") : "n/a";
+}
+
 // --baseline's ratio: direct time over hvd time, from the per-call medians (both sides have them
 // wherever there is a direct timing).
 double hvd_over_direct(const Timing& hvd, const Timing& direct) {
@@ -183,16 +193,84 @@ void Report::note(const std::string& line) {
   std::fflush(stdout);
 }
 
+std::string Report::compare_metric(const TableInfo& table) const {
+  if (options_.latency) return "p50";
+  return table.ranks <= 1 ? "algbw" : "busbw";
+}
+
+const Row* Report::reference_row(const Table& table, const Message& m) const {
+  if (!table.reference) return nullptr;
+  for (const Row& r : tables_[*table.reference].rows) {
+    if (r.size == m.size && r.count == m.count && r.dtype == m.dtype && r.op == m.op &&
+        r.root == m.root) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+const LatencyRow* Report::reference_latency_row(const Table& table, const Message& m) const {
+  if (!table.reference) return nullptr;
+  for (const LatencyRow& r : tables_[*table.reference].latency) {
+    if (r.size == m.size && r.count == m.count && r.dtype == m.dtype && r.op == m.op &&
+        r.root == m.root) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
 void Report::begin_table(const TableInfo& table) {
-  tables_.push_back(Table{table, {}, {}});
+  Table added{table, {}, {}, std::nullopt, ""};
+  if (!table.compare_with.empty()) {
+    // The reference ran first, so its table of this collective is here, or it was skipped.
+    added.reference_missing = table.compare_missing;
+    for (size_t i = 0; i < tables_.size() && added.reference_missing.empty(); ++i) {
+      if (tables_[i].info.backend == table.compare_with &&
+          tables_[i].info.collective == table.collective) {
+        added.reference = i;
+        break;
+      }
+    }
+    if (!added.reference && added.reference_missing.empty()) {
+      added.reference_missing =
+          table.compare_with + " has no " + collective_name(table.collective) + " table";
+      for (const Skipped& k : skipped_) {
+        if (k.backend == table.compare_with && k.collective == collective_name(table.collective)) {
+          added.reference_missing += " (" + k.reason + ")";
+        }
+      }
+    }
+  }
+  tables_.push_back(added);
   if (!printing_) return;
   std::printf("# Backend %s %s over %s: %s", table.backend.c_str(), table.backend_version.c_str(),
               table.transport.c_str(), collective_name(table.collective));
   if (!table.path.empty()) std::printf(" (%s)", table.path.c_str());
   if (table.ranks != job_.ranks) std::printf(" on a process set of %d ranks", table.ranks);
   if (!table.direct_call.empty()) std::printf("; baseline: %s", table.direct_call.c_str());
-  std::printf("\n#\n");
-  const bool direct = !table.direct_call.empty();
+  if (!table.direct_missing.empty()) std::printf("; baseline: n/a");
+  if (!table.compare_with.empty()) std::printf("; compared with %s", table.compare_with.c_str());
+  std::printf("\n");
+  const bool direct = direct_columns(table);
+  const bool compare = !table.compare_with.empty();
+  const std::string metric = compare_metric(table);
+  const std::string vs = "vs " + table.compare_with;
+  if (compare && !added.reference_missing.empty()) {
+    std::printf("# %s: n/a: %s\n", vs.c_str(), added.reference_missing.c_str());
+  } else if (compare && options_.latency) {
+    std::printf("# %s: %s's p50 / this p50 at the same size; above 1: %s is faster\n", vs.c_str(),
+                table.compare_with.c_str(), table.backend.c_str());
+  } else if (compare) {
+    std::printf(
+        "# %s: %s / %s's %s at the same size, from each one's mean time per call (the %s "
+        "columns)%s;\n# above 1: %s is faster. %s ran first, then the others one after another "
+        "(not interleaved)\n",
+        vs.c_str(), metric.c_str(), table.compare_with.c_str(), metric.c_str(), metric.c_str(),
+        table.ranks <= 1 ? ", as busbw is N/A at one rank" : "", table.backend.c_str(),
+        table.compare_with.c_str());
+  }
+  std::printf("#\n");
   if (options_.latency) {
     std::printf(
         "# OSU-style latency, out of place, one call at a time: avg over the ranks; p50, p99 "
@@ -200,10 +278,12 @@ void Report::begin_table(const TableInfo& table) {
     std::printf("# %10s  %12s  %8s  %6s  %6s  %6s  %8s  %8s  %8s  %8s  %8s  %6s", "size", "count",
                 "type", "redop", "root", "iters", "avg", "p50", "p99", "min", "max", "#wrong");
     if (direct) std::printf("  |  %8s  %8s  %8s  %8s  %8s", "direct", "p50", "p99", "+avg", "+p50");
+    if (compare) std::printf("  |  %12s", vs.c_str());
     std::printf("\n# %10s  %12s  %8s  %6s  %6s  %6s  %8s  %8s  %8s  %8s  %8s  %6s", "(B)",
                 "(elements)", "", "", "", "", "(us)", "(us)", "(us)", "(us)", "(us)", "");
     if (direct)
       std::printf("  |  %8s  %8s  %8s  %8s  %8s", "avg(us)", "(us)", "(us)", "(us)", "(us)");
+    if (compare) std::printf("  |  %12s", "(p50 ratio)");
     std::printf("\n");
   } else {
     std::printf("# %10s  %12s  %8s  %6s  %6s  %32s  %32s", "", "", "", "", "",
@@ -211,6 +291,7 @@ void Report::begin_table(const TableInfo& table) {
     if (direct) std::printf("  |  %25s  %25s", "direct out-of-place", "direct in-place");
     if (table.check_args)
       std::printf("  |  %26s  %26s", "check-args out-of-place", "check-args in-place");
+    if (compare) std::printf("  |  %26s", (metric + " " + vs + "    ").c_str());
     std::printf("\n# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
     for (int p = 0; p < 2; ++p)
       std::printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
@@ -222,6 +303,7 @@ void Report::begin_table(const TableInfo& table) {
       std::printf("  |");
       for (int p = 0; p < 2; ++p) std::printf("  %7s  %8s  %7s", "time", "overhead", "overhead");
     }
+    if (compare) std::printf("  |  %12s  %12s", "out-of-place", "in-place");
     std::printf("\n# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
     for (int p = 0; p < 2; ++p) std::printf("  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
     if (direct) {
@@ -232,13 +314,20 @@ void Report::begin_table(const TableInfo& table) {
       std::printf("  |");
       for (int p = 0; p < 2; ++p) std::printf("  %7s  %8s  %7s", "(us)", "(us)", "(%)");
     }
+    if (compare) std::printf("  |  %12s  %12s", "(ratio)", "(ratio)");
     std::printf("\n");
   }
   std::fflush(stdout);
 }
 
-void Report::row(const Row& r) {
+void Report::row(const Row& measured) {
   Table& table = tables_.back();
+  const int placements = has_in_place(table.info.collective) ? 2 : 1;
+  Row r = measured;
+  if (const Row* reference = reference_row(table, r)) {
+    for (int p = 0; p < placements; ++p)
+      r.compared[p] = reference->hvd[p].seconds / r.hvd[p].seconds;
+  }
   table.rows.push_back(r);
   for (const Timing& t : r.hvd) {
     if (t.wrong && *t.wrong > 0) any_wrong_ = true;
@@ -251,7 +340,6 @@ void Report::row(const Row& r) {
   std::printf("  %10llu  %12llu  %8s  %6s  %6d", static_cast<unsigned long long>(r.size),
               static_cast<unsigned long long>(r.count), type_name(r.dtype),
               r.op ? hvd_reduce_op_name(*r.op) : "none", r.root);
-  const int placements = has_in_place(table.info.collective) ? 2 : 1;
   for (int p = 0; p < 2; ++p) {
     if (p >= placements) {
       std::printf("  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
@@ -263,7 +351,7 @@ void Report::row(const Row& r) {
                 std::isnan(factor) ? "N/A" : number(algbw * factor).c_str(),
                 wrong_text(t.wrong).c_str());
   }
-  if (!table.info.direct_call.empty()) {
+  if (direct_columns(table.info)) {
     std::printf("  |");
     for (int p = 0; p < 2; ++p) {
       if (!r.direct[p]) {
@@ -288,12 +376,22 @@ void Report::row(const Row& r) {
                   check_overhead_percent(r.hvd[p], *r.checked[p]));
     }
   }
+  if (!table.info.compare_with.empty()) {
+    std::printf("  |");
+    for (int p = 0; p < 2; ++p) {
+      std::printf("  %12s", p >= placements ? "N/A" : ratio_text(r.compared[p]).c_str());
+    }
+  }
   std::printf("\n");
   std::fflush(stdout);
 }
 
-void Report::latency_row(const LatencyRow& r) {
+void Report::latency_row(const LatencyRow& measured) {
   Table& table = tables_.back();
+  LatencyRow r = measured;
+  if (const LatencyRow* reference = reference_latency_row(table, r)) {
+    r.compared = reference->hvd.p50 / r.hvd.p50;
+  }
   table.latency.push_back(r);
   if (r.wrong && *r.wrong > 0) any_wrong_ = true;
   if (!printing_) return;
@@ -301,14 +399,15 @@ void Report::latency_row(const LatencyRow& r) {
               static_cast<unsigned long long>(r.size), static_cast<unsigned long long>(r.count),
               type_name(r.dtype), r.op ? hvd_reduce_op_name(*r.op) : "none", r.root, r.iters,
               r.hvd.avg, r.hvd.p50, r.hvd.p99, r.hvd.min, r.hvd.max, wrong_text(r.wrong).c_str());
-  if (!table.info.direct_call.empty()) {
+  if (direct_columns(table.info)) {
     if (r.direct) {
       std::printf("  |  %8.2f  %8.2f  %8.2f  %+8.2f  %+8.2f", r.direct->avg, r.direct->p50,
                   r.direct->p99, r.hvd.avg - r.direct->avg, r.hvd.p50 - r.direct->p50);
     } else {
-      std::printf("  |  %8s", "n/a");
+      std::printf("  |  %8s  %8s  %8s  %8s  %8s", "n/a", "", "", "", "");
     }
   }
+  if (!table.info.compare_with.empty()) std::printf("  |  %12s", ratio_text(r.compared).c_str());
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -401,6 +500,36 @@ void Report::end_table() {
                 static_cast<unsigned long long>(first.size), first.hvd.p50 - first.direct->p50,
                 first.hvd.avg - first.direct->avg);
   }
+  if (!table.info.compare_with.empty()) {
+    // --compare's summary: every ratio of the table, and those of 1 MiB and more.
+    std::vector<double> all, large;
+    auto add = [&](uint64_t size, const std::optional<double>& ratio) {
+      if (!ratio || !std::isfinite(*ratio)) return;
+      all.push_back(*ratio);
+      if (size >= kRatioFloor) large.push_back(*ratio);
+    };
+    for (const Row& r : table.rows) {
+      for (const std::optional<double>& ratio : r.compared) add(r.size, ratio);
+    }
+    for (const LatencyRow& r : table.latency) add(r.size, r.compared);
+    const std::string metric = compare_metric(table.info);
+    const char* name = table.info.compare_with.c_str();
+    if (all.empty()) {
+      std::printf("# %s vs %s: n/a\n", metric.c_str(), name);
+    } else {
+      std::printf("# %s vs %s (%s): median %.3f, min %.3f, max %.3f over all %zu", metric.c_str(),
+                  name,
+                  options_.latency ? (std::string(name) + "'s / this").c_str()
+                                   : (std::string("this / ") + name + "'s").c_str(),
+                  median(all), *std::min_element(all.begin(), all.end()),
+                  *std::max_element(all.begin(), all.end()), all.size());
+      if (!large.empty()) {
+        std::printf("; at >= 1 MiB median %.3f, min %.3f", median(large),
+                    *std::min_element(large.begin(), large.end()));
+      }
+      std::printf("\n");
+    }
+  }
   std::printf("#\n");
   std::fflush(stdout);
 }
@@ -490,14 +619,34 @@ Status Report::write_json(const std::string& path) const {
           .str("redop", m.op ? hvd_reduce_op_name(*m.op) : "none")
           .integer("root", m.root);
     };
+    // --baseline: the library's call, or null and why there is none.
+    auto direct_call = [&](JsonObject& d) {
+      if (table.info.direct_call.empty()) {
+        d.add("call", "null").str("unsupported", table.info.direct_missing);
+      } else {
+        d.str("call", table.info.direct_call);
+      }
+    };
+    // --compare: the reference and the ratio's metric; the caller adds the ratios (null: n/a).
+    auto compared = [&](const Message& m) {
+      JsonObject k;
+      k.str("backend", table.info.compare_with).str("metric", compare_metric(table.info));
+      if (!table.reference_missing.empty()) {
+        k.str("unavailable", table.reference_missing);
+      } else if (options_.latency ? reference_latency_row(table, m) == nullptr
+                                  : reference_row(table, m) == nullptr) {
+        k.str("unavailable", table.info.compare_with + " measured no such row");
+      }
+      return k;
+    };
     for (const Row& r : table.rows) {
       JsonObject o;
       common(o, r);
       o.add("out_of_place", timing(r.hvd[0], r.size, factor));
       if (has_in_place(table.info.collective)) o.add("in_place", timing(r.hvd[1], r.size, factor));
-      if (!table.info.direct_call.empty()) {
+      if (direct_columns(table.info)) {
         JsonObject d;
-        d.str("call", table.info.direct_call);
+        direct_call(d);
         if (!r.direct_unsupported.empty()) d.str("unsupported", r.direct_unsupported);
         const char* keys[2] = {"out_of_place", "in_place"};
         for (int p = 0; p < 2; ++p) {
@@ -520,6 +669,14 @@ Status Report::write_json(const std::string& path) const {
         }
         o.add("check_args", k.text());
       }
+      if (!table.info.compare_with.empty()) {
+        JsonObject k = compared(r);
+        k.num("ratio_out_of_place", r.compared[0].value_or(NAN));
+        if (has_in_place(table.info.collective)) {
+          k.num("ratio_in_place", r.compared[1].value_or(NAN));
+        }
+        o.add("compare", k.text());
+      }
       results.push_back(o.text());
     }
     for (const LatencyRow& r : table.latency) {
@@ -531,17 +688,20 @@ Status Report::write_json(const std::string& path) const {
       } else {
         o.add("nwrong", "null");
       }
-      if (!table.info.direct_call.empty()) {
+      if (direct_columns(table.info)) {
         JsonObject d;
-        d.str("call", table.info.direct_call);
+        direct_call(d);
         if (r.direct) {
           d.add("latency_us", stats(*r.direct))
               .num("added_us_p50", r.hvd.p50 - r.direct->p50)
               .num("added_us_avg", r.hvd.avg - r.direct->avg);
-        } else {
+        } else if (!r.direct_unsupported.empty()) {
           d.str("unsupported", r.direct_unsupported);
         }
         o.add("direct", d.text());
+      }
+      if (!table.info.compare_with.empty()) {
+        o.add("compare", compared(r).num("ratio", r.compared.value_or(NAN)).text());
       }
       results.push_back(o.text());
     }
@@ -598,7 +758,8 @@ Status Report::write_json(const std::string& path) const {
                                  : "bandwidth")
       .str("memory", o.memory == HVD_MEMORY_CUDA ? "cuda" : "host")
       .add("baseline", o.baseline ? "true" : "false")
-      .add("check_args", o.check_args ? "true" : "false");
+      .add("check_args", o.check_args ? "true" : "false")
+      .add("compare", o.compare.empty() ? "null" : json_string(o.compare));
   JsonObject top;
   top.str("benchmark", "hvd-bench")
       .str("version", job_.hvd_version)

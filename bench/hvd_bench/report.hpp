@@ -29,6 +29,14 @@ struct TableInfo {
   int ranks = 0;            // of the communicator measured (a process set's, with --process-set)
   std::string path;         // how hvd runs it, where it has a fallback ("hvd's fallback: ...")
   std::string direct_call;  // "MPI_Allreduce"; empty without --baseline (or without one)
+  // --baseline asked, but this backend has none ("ofi: no direct library collective ..."): its
+  // direct columns read n/a (the reason is printed once per backend, by the caller).
+  std::string direct_missing;
+  // --compare: the reference backend (as it names itself), for every other backend's tables;
+  // empty for the reference's own and without --compare. `compare_missing`: why the reference
+  // has no results at all (it could not run), so every ratio reads n/a.
+  std::string compare_with;
+  std::string compare_missing;
   bool check_args = false;  // --check-args: rows carry `checked`
 };
 
@@ -58,6 +66,9 @@ struct Row : Message {
   // --check-args: the same call on a communicator opened with HVD_CHECK_ARGS=1, timed call by
   // call alternating with `hvd` (both have per-call medians then).
   std::optional<Timing> checked[2];
+  // --compare: the reference's time over this one's at the same message (= this busbw over the
+  // reference's), per placement; absent where the reference has no such row. Set by Report::row.
+  std::optional<double> compared[2];
 };
 
 // Per-call latency statistics in microseconds (avg over ranks; percentiles and max of the
@@ -72,6 +83,7 @@ struct LatencyRow : Message {
   std::optional<LatencyStats> direct;
   std::string direct_unsupported;
   std::optional<uint64_t> wrong;
+  std::optional<double> compared;  // --compare: the reference's p50 over this p50 (Report sets it)
 };
 
 // --process-set: how the ranks outside the set waited (the most of any of them).
@@ -109,8 +121,16 @@ class Report {
     TableInfo info;
     std::vector<Row> rows;
     std::vector<LatencyRow> latency;
+    // --compare: the reference's table of this collective (an index into tables_), or why none.
+    std::optional<size_t> reference;
+    std::string reference_missing;
   };
   double busbw_factor(const TableInfo& table) const;
+  // --compare: the text of the ratio's metric ("busbw", "algbw" at one rank, "p50").
+  std::string compare_metric(const TableInfo& table) const;
+  // --compare: the row of the reference's table that measured the same message, or null.
+  const Row* reference_row(const Table& table, const Message& message) const;
+  const LatencyRow* reference_latency_row(const Table& table, const Message& message) const;
   struct Skipped {
     std::string backend, collective, reason;
   };
