@@ -7,6 +7,7 @@
 #include <rdma/fi_tagged.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -222,25 +223,29 @@ Status Endpoint::end(Status failure) {
   return failure;
 }
 
+void Endpoint::send_notices(hvd_status code) {
+  if (notices_sent_ || ep_ == nullptr) return;
+  notices_sent_ = true;
+  // Best effort, to every peer: an inject needs no completion.
+  const Notice notice{rank_, static_cast<int32_t>(code), suspect_};
+  if (info_->tx_attr->inject_size < sizeof(notice)) return;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const ssize_t sent =
+          fi_tinject(ep_, &notice, sizeof(notice), addresses_[static_cast<size_t>(r)],
+                     kNoticeBit | static_cast<uint64_t>(rank_));
+      if (sent != -FI_EAGAIN) break;
+      (void)fi_cq_read(cq_, nullptr, 0);
+    }
+  }
+  // Let the notices leave (tcp sends from this thread).
+  for (int i = 0; i < 100; ++i) (void)fi_cq_read(cq_, nullptr, 0);
+}
+
 void Endpoint::break_endpoint(hvd_status code) {
   broken_ = true;
-  if (ep_ == nullptr) return;
-  // Best effort: tell every peer, then close. An inject needs no completion.
-  const Notice notice{rank_, static_cast<int32_t>(code)};
-  if (info_->tx_attr->inject_size >= sizeof(notice)) {
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      for (int attempt = 0; attempt < 100; ++attempt) {
-        const ssize_t sent =
-            fi_tinject(ep_, &notice, sizeof(notice), addresses_[static_cast<size_t>(r)],
-                       kNoticeBit | static_cast<uint64_t>(rank_));
-        if (sent != -FI_EAGAIN) break;
-        (void)fi_cq_read(cq_, nullptr, 0);
-      }
-    }
-    // Let an injected notice leave before the endpoint goes (tcp sends from this thread).
-    for (int i = 0; i < 100; ++i) (void)fi_cq_read(cq_, nullptr, 0);
-  }
+  send_notices(code);
   close_fid(ep_);  // cancels every posted operation: nothing touches the caller's buffers after
   ops_.clear();
 }
@@ -291,13 +296,13 @@ Result<Op*> Endpoint::post(bool is_send, int peer, uint32_t index, void* buffer,
   return op;
 }
 
-Result<bool> Endpoint::progress() {
+Result<bool> Endpoint::progress(int waiting_for) {
   fi_cq_tagged_entry entries[16];
   const ssize_t n = fi_cq_read(cq_, entries, 16);
   if (n > 0) {
     for (ssize_t i = 0; i < n; ++i) {
       Op* op = static_cast<Op*>(entries[i].op_context);
-      if (op == &notice_op_) return notice_failure();
+      if (op == &notice_op_) return notice_failure(waiting_for);
       if (!op->is_send && entries[i].len != op->bytes) {
         return Status(HVD_ERR_MISMATCH,
                       std::string("ofi ") + call_ + ": " + name_of(op->peer) + " sent " +
@@ -328,8 +333,7 @@ Result<bool> Endpoint::progress() {
                                         " bytes expected (the ranks disagree on the call, its "
                                         "count or dtype)");
   }
-  return Status(HVD_ERR_REMOTE,
-                what + " failed: " + detail + " (the peer failed or is unreachable)");
+  return blame(HVD_ERR_REMOTE, what + " failed: " + detail, op->peer, "failed or is unreachable");
 }
 
 Status Endpoint::wait_all() {
@@ -346,21 +350,83 @@ Status Endpoint::wait_all() {
                     });
 }
 
-Status Endpoint::notice_failure() const {
-  const std::string code = hvd_status_name(static_cast<hvd_status>(notice_.code));
-  return Status(HVD_ERR_REMOTE, std::string("ofi ") + call_ + ": " + name_of(notice_.rank) +
-                                    " gave up on the communicator (its call failed: " + code +
-                                    "); see its own error");
+// A peer gave up. Its notice names whom it blames: that rank, which this one blames too; or this
+// rank, which then blames the rank it waits for itself (and says so to the others, one of which
+// may be following the chain); or no one (it was aborted): the peer itself.
+Status Endpoint::notice_failure(int waiting_for) {
+  const Notice notice = notice_;
+  const std::string code = hvd_status_name(static_cast<hvd_status>(notice.code));
+  const bool blames_other = notice.suspect >= 0 && notice.suspect < size_ &&
+                            notice.suspect != rank_ && notice.suspect != notice.rank;
+  const std::string what = std::string("ofi ") + call_ + ": " + name_of(notice.rank) +
+                           " gave up on the communicator (" + code;
+  if (notice.suspect == rank_ && waiting_for >= 0 && waiting_for != rank_) {
+    return blame(HVD_ERR_REMOTE,
+                 what + ", blaming this rank), which waits for " + name_of(waiting_for),
+                 waiting_for, "stopped, died, or is in another call");
+  }
+  suspect_ = blames_other ? notice.suspect : notice.rank;
+  send_notices(HVD_ERR_REMOTE);
+  return Status(
+      HVD_ERR_REMOTE,
+      what + (blames_other ? ", blaming " + name_of(notice.suspect) : std::string()) + ")");
 }
 
-Status Endpoint::timeout_failure(int peer) const {
+Status Endpoint::timeout_failure(int peer) {
   const double seconds = std::chrono::duration<double>(timeout_).count();
   char text[32];
   std::snprintf(text, sizeof(text), "%.3g", seconds);
-  return Status(HVD_ERR_TIMEOUT, std::string("ofi ") + call_ +
-                                     ": nothing arrived from or left for " + name_of(peer) +
-                                     " in " + text +
-                                     " s (HVD_TIMEOUT): it stopped, died, or is in another call");
+  return blame(HVD_ERR_TIMEOUT,
+               std::string("ofi ") + call_ + ": nothing arrived from or left for " + name_of(peer) +
+                   " in " + text + " s (HVD_TIMEOUT)",
+               peer, "stopped, died, or is in another call");
+}
+
+// The rank this one waited for may itself be waiting for a rank that stopped or died, or have
+// failed because of it: every rank that fails for a peer tells the others whom it blames, and
+// listens a moment for theirs, so that the error follows the chain to the rank at its end.
+Status Endpoint::blame(hvd_status code, const std::string& what, int peer, const char* verdict) {
+  suspect_ = peer;
+  send_notices(code);
+  std::vector<int> blames(static_cast<size_t>(size_), -1);  // by rank: whom its notice blames
+  const auto grace =
+      std::min<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(500));
+  const auto until = std::chrono::steady_clock::now() + grace;
+  while (std::chrono::steady_clock::now() < until) {
+    fi_cq_tagged_entry entries[16];
+    const ssize_t n = fi_cq_read(cq_, entries, 16);
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry error{};
+      (void)fi_cq_readerr(cq_, &error, 0);
+      continue;
+    }
+    if (n <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    for (ssize_t i = 0; i < n; ++i) {
+      Op* op = static_cast<Op*>(entries[i].op_context);
+      if (op != &notice_op_) {
+        op->done = true;
+        continue;
+      }
+      if (notice_.rank >= 0 && notice_.rank < size_) {
+        blames[static_cast<size_t>(notice_.rank)] = notice_.suspect;
+      }
+      if (!post_notice_receive().ok()) break;
+    }
+  }
+  std::string chain;
+  std::vector<bool> seen(static_cast<size_t>(size_), false);
+  for (int at = peer; at >= 0 && at < size_ && !seen[static_cast<size_t>(at)];) {
+    seen[static_cast<size_t>(at)] = true;
+    const int next = blames[static_cast<size_t>(at)];
+    if (next < 0 || next >= size_ || next == rank_ || next == at) break;
+    chain += "; " + name_of(at) + " blames " + name_of(next);
+    at = next;
+    suspect_ = next;
+  }
+  return Status(code, what + chain + ": " + name_of(suspect_) + " " + verdict);
 }
 
 // Spin a little, then yield, then sleep: a long wait (a peer still computing) must not take a

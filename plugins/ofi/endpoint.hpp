@@ -76,8 +76,9 @@ class Endpoint {
     return post(false, peer, index, buffer, bytes);
   }
 
-  // Reads what completed, without waiting. True when anything did.
-  Result<bool> progress();
+  // Reads what completed, without waiting. True when anything did. `waiting_for`: the rank the
+  // caller waits on, which a peer's notice blaming this rank then blames.
+  Result<bool> progress(int waiting_for = -1);
 
   // Waits until `done()` holds, progressing; fails when nothing completes for the timeout (or on
   // abort, or a peer's notice). `waiting_for()` names the rank the caller waits on, for the error.
@@ -104,9 +105,11 @@ class Endpoint {
   Status post_notice_receive();
   Result<Op*> post(bool is_send, int peer, uint32_t index, void* buffer, size_t bytes);
   void break_endpoint(hvd_status code);
+  void send_notices(hvd_status code);
   Status check_usable() const;
-  Status notice_failure() const;
-  Status timeout_failure(int peer) const;
+  Status notice_failure(int waiting_for);
+  Status timeout_failure(int peer);
+  Status blame(hvd_status code, const std::string& what, int peer, const char* verdict);
   void nap(std::chrono::steady_clock::time_point idle_since, int polls) const;
   uint64_t tag(uint32_t index) const;
 
@@ -125,10 +128,12 @@ class Endpoint {
   fid_ep* ep_ = nullptr;
   std::vector<fi_addr_t> addresses_;  // by communicator rank
 
-  // A peer's notice that it gave up: {rank, status code}.
+  // A rank's notice that it gave up: who it is, its error, and the rank its error blames (the
+  // one it waited for, or -1), which the receivers' errors name in turn.
   struct Notice {
     int32_t rank = -1;
     int32_t code = 0;
+    int32_t suspect = -1;
   };
   Op notice_op_;
   Notice notice_{};
@@ -136,6 +141,8 @@ class Endpoint {
   uint32_t sequence_ = 0;  // calls begun, identical on every rank
   const char* call_ = "";  // the call in progress
   std::deque<Op> ops_;     // this call's, stable addresses
+  int suspect_ = -1;       // the rank this endpoint's failure blames, if any
+  bool notices_sent_ = false;
   bool broken_ = false;
   Status broken_status_;
   std::atomic<bool> aborted_{false};
@@ -149,7 +156,7 @@ Status Endpoint::wait_until(Done&& done, WaitingFor&& waiting_for) {
   Clock::time_point idle_since = Clock::now();
   int polls = 0;
   while (!done()) {
-    HVD_ASSIGN_OR_RETURN(const bool moved, progress());
+    HVD_ASSIGN_OR_RETURN(const bool moved, progress(waiting_for()));
     if (moved) {
       idle_since = Clock::now();
       polls = 0;

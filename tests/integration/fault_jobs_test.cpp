@@ -63,12 +63,12 @@ TEST(GlooFaultJob, CountsThatDifferAreAMismatchOnEveryRankNotACrash) {
   }
 }
 
-// Three gloo ranks started by hand (without hvdrun, which would stop the survivors as soon as a
-// rank dies), each with `options`; returns the job's output with "rank R exit S" lines.
-Job gloo_job_of_three(const std::string& options) {
+// Three ranks started by hand (without hvdrun, which would stop the survivors as soon as a
+// rank dies), each with `environment` and `options`; returns the job's output with "rank R exit S"
+// lines.
+Job job_of_three(const std::string& environment, const std::string& options) {
   const std::string common =
-      "HVD_SIZE=3 HVD_TIMEOUT=10 HVD_SECRET=s HVD_BACKEND=gloo HVD_RENDEZVOUS_ADDR=127.0.0.1:" +
-      free_port();
+      environment + " HVD_SIZE=3 HVD_SECRET=s HVD_RENDEZVOUS_ADDR=127.0.0.1:" + free_port();
   std::string command = "(";
   for (int rank = 0; rank < 3; ++rank) {
     command += "(" + common + " HVD_RANK=" + std::to_string(rank) + " " + kFaultJob + " " +
@@ -77,12 +77,14 @@ Job gloo_job_of_three(const std::string& options) {
   return run(command + "wait)");
 }
 
+const std::string kGloo = "HVD_BACKEND=gloo HVD_TIMEOUT=10";
+
 // Rank 1 of 3 is killed in the middle of a 64 MiB allreduce. The survivors' writes to it meet a
 // reset connection, then EPIPE, whose SIGPIPE used to kill a survivor now and then (its exit
 // status 141). The call may also finish before rank 1 dies.
 TEST(GlooFaultJob, APeerKilledInTheMiddleIsAnErrorOnTheOthers) {
   for (int kill_ms : {50, 100, 200, 300}) {
-    Job r = gloo_job_of_three("--count 16777216 --kill-rank 1=" + std::to_string(kill_ms));
+    Job r = job_of_three(kGloo, "--count 16777216 --kill-rank 1=" + std::to_string(kill_ms));
     const auto by_rank = reports(r.output);
     for (int rank : {0, 2}) {
       EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 0"), std::string::npos)
@@ -97,7 +99,7 @@ TEST(GlooFaultJob, APeerKilledInTheMiddleIsAnErrorOnTheOthers) {
 // Once the scheduler runs, rank 1 dies instead of calling: the survivors' negotiation fails,
 // which breaks their communicators, and the blocking call returns that error.
 TEST(GlooFaultJob, APeerDeadInTheFusedPathIsAnErrorOnTheOthers) {
-  Job r = gloo_job_of_three("--fused --count 16777216 --die-rank 1");
+  Job r = job_of_three(kGloo, "--fused --count 16777216 --die-rank 1");
   const auto by_rank = reports(r.output);
   for (int rank : {0, 2}) {
     EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 0"), std::string::npos)
@@ -112,7 +114,8 @@ TEST(GlooFaultJob, APeerDeadInTheFusedPathIsAnErrorOnTheOthers) {
 // (about 0.2 s on loopback): an error within the timeout, or success if it finished first.
 TEST(GlooFaultJob, APeerKilledInTheFusedPathIsAnErrorOnTheOthers) {
   for (int kill_ms : {50, 100, 200}) {
-    Job r = gloo_job_of_three("--fused --count 16777216 --kill-rank 1=" + std::to_string(kill_ms));
+    Job r =
+        job_of_three(kGloo, "--fused --count 16777216 --kill-rank 1=" + std::to_string(kill_ms));
     const auto by_rank = reports(r.output);
     for (int rank : {0, 2}) {
       EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 0"), std::string::npos)
@@ -143,6 +146,70 @@ TEST(GlooFaultJob, AStoppedRankIsATimeoutWithinHvdTimeout) {
 TEST(GlooFaultJob, AStoppedRankIsATimeoutBeforeALargeCallToo) {
   expect_gloo_stopped_rank_times_out("1048576");
 }
+
+// ---- ofi ----------------------------------------------------------------------------------------
+
+// Every survivor's error names the rank that died, whichever rank it waited for itself: a rank
+// that times out tells the others whom it waited for (plugins/ofi/endpoint.hpp).
+void expect_survivors_name_rank_1(const Job& r, bool may_succeed) {
+  const auto by_rank = reports(r.output);
+  for (int rank : {0, 2}) {
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 0"), std::string::npos)
+        << r.output;
+    ASSERT_EQ(by_rank.count(rank), 1u) << r.output;
+    const Report& report = by_rank.at(rank);
+    EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
+    if (may_succeed && report.status == "success") continue;
+    EXPECT_NE(report.status, "success") << r.output;
+    const bool names_it = std::regex_search(
+        report.message,
+        std::regex("rank 1 (stopped, died|failed or is unreachable)|blam(es|ing) rank 1"));
+    EXPECT_TRUE(names_it) << "rank " << rank << ": " << report.message;
+  }
+}
+
+class OfiFaultJob : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+#ifndef HVD_TEST_OFI
+    GTEST_SKIP() << "the ofi backend is not built";
+#endif
+  }
+  std::string environment() const {
+    return "HVD_BACKEND=ofi HVD_TIMEOUT=2 HVD_OFI_PROVIDER='" + GetParam() + "'";
+  }
+};
+
+// Rank 1 of 3 dies instead of calling: a 64 MiB allreduce (the ring) and an 8-byte one
+// (recursive doubling).
+TEST_P(OfiFaultJob, ADeadPeerIsAnErrorNamingItOnEveryRank) {
+  for (const char* count : {"16777216", "2"}) {
+    SCOPED_TRACE(std::string("count ") + count);
+    expect_survivors_name_rank_1(
+        job_of_three(environment(), std::string("--count ") + count + " --die-rank 1"), false);
+  }
+}
+
+// Killed in the middle of the ring (it takes tens of ms on shm: the call may finish first).
+TEST_P(OfiFaultJob, APeerKilledInTheMiddleIsAnErrorNamingIt) {
+  for (int kill_ms : {5, 20}) {
+    SCOPED_TRACE("killed " + std::to_string(kill_ms) + " ms in");
+    expect_survivors_name_rank_1(
+        job_of_three(environment(), "--count 16777216 --kill-rank 1=" + std::to_string(kill_ms)),
+        true);
+  }
+}
+
+// Through the scheduler: the negotiation fails the same way.
+TEST_P(OfiFaultJob, ADeadPeerInTheFusedPathIsAnErrorNamingIt) {
+  expect_survivors_name_rank_1(job_of_three(environment(), "--fused --count 1048576 --die-rank 1"),
+                               false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, OfiFaultJob, ::testing::Values("shm", "tcp;ofi_rxm"),
+                         [](const ::testing::TestParamInfo<std::string>& provider) {
+                           return provider.param == "shm" ? std::string("shm") : std::string("tcp");
+                         });
 
 // ---- mpi ----------------------------------------------------------------------------------------
 
