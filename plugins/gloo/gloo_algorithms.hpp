@@ -15,10 +15,16 @@
 #ifndef HVD_PLUGINS_GLOO_ALGORITHMS_HPP
 #define HVD_PLUGINS_GLOO_ALGORITHMS_HPP
 
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <functional>
 #include <list>
 #include <memory>
@@ -37,6 +43,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/device.h>
+#include <gloo/transport/tcp/pair.h>
 
 #include "hvd/sdk/result.hpp"
 
@@ -174,6 +181,69 @@ class ReusedAllreduces {
 // Collectives of at most this many bytes in all go over the sync mesh (Meshes).
 constexpr size_t kSyncMeshMaxBytes = 64 << 10;
 
+// Ended connections of the event-loop mesh, seen without waiting. Gloo registers a receive buffer
+// with its pair without looking at the pair's state, and a pair that fails wakes only the buffers
+// registered by then: a wait on a buffer registered after its pair closed (a peer died, or gave up
+// and closed its connections, while this rank set its algorithm up) sleeps out the whole timeout
+// before Gloo names the closed connection. So every algorithm on that mesh registers its buffers,
+// then asks this (Meshes::check), then waits; a pair that closes later wakes it.
+//
+// It polls duplicates of the pairs' sockets (tcp::Pair::fd_ is protected: a pointer to member
+// named through a derived class reads it), which keep each socket open after Gloo closed its own
+// descriptor, so the end stays visible.
+class ClosedConnections {
+ public:
+  ClosedConnections() = default;
+  ClosedConnections(ClosedConnections&& other) noexcept
+      : sockets_(std::exchange(other.sockets_, {})), peers_(std::move(other.peers_)) {}
+  ClosedConnections& operator=(ClosedConnections&& other) noexcept {
+    std::swap(sockets_, other.sockets_);
+    std::swap(peers_, other.peers_);
+    return *this;
+  }
+  ~ClosedConnections() {
+    for (const pollfd& p : sockets_) ::close(p.fd);
+  }
+
+  // Watches `context`'s pairs; throws gloo::IoException when a socket cannot be duplicated.
+  explicit ClosedConnections(gloo::Context& context) {
+    for (int peer = 0; peer < context.size; ++peer) {
+      if (peer == context.rank) continue;
+      sockets_.push_back({duplicate_socket(*context.getPair(peer)), POLLRDHUP, 0});
+      peers_.push_back(peer);
+    }
+  }
+
+  // Throws gloo::IoException naming the first peer whose connection has ended (closed by the
+  // peer, reset, or shut down here); one poll(2) that never waits.
+  void throw_if_any() const {
+    if (::poll(sockets_.data(), sockets_.size(), 0) <= 0) return;
+    for (size_t i = 0; i < sockets_.size(); ++i) {
+      if ((sockets_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
+      const std::string peer = std::to_string(peers_[i]);
+      throw gloo::IoException("the connection to rank " + peer + " has ended (rank " + peer +
+                              " failed or gave up)");
+    }
+  }
+
+  // A duplicate (close-on-exec) of `pair`'s socket; throws gloo::IoException.
+  static int duplicate_socket(gloo::transport::Pair& pair) {
+    auto* tcp = dynamic_cast<gloo::transport::tcp::Pair*>(&pair);
+    if (tcp == nullptr) throw gloo::IoException("a Gloo pair is not a TCP pair");
+    const int fd = ::fcntl(PairSocket::of(*tcp), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+      throw gloo::IoException(std::string("duplicating a socket: ") + std::strerror(errno));
+    return fd;
+  }
+
+ private:
+  struct PairSocket : gloo::transport::tcp::Pair {
+    static int of(gloo::transport::tcp::Pair& pair) { return pair.*(&PairSocket::fd_); }
+  };
+  mutable std::vector<pollfd> sockets_;  // poll(2) writes revents: the calling thread's alone
+  std::vector<int> peers_;               // the rank of each of sockets_
+};
+
 // Two full meshes between the same ranks. A Gloo TCP pair normally leaves reading to the device's
 // event-loop thread, which then wakes the caller; in sync mode the caller reads its own socket,
 // one thread wake-up fewer per message. Measured (1 KiB allreduce, 2 ranks, one VM): p50 20 us
@@ -186,8 +256,15 @@ constexpr size_t kSyncMeshMaxBytes = 64 << 10;
 struct Meshes {
   std::shared_ptr<gloo::Context> sync;
   std::shared_ptr<gloo::Context> async;
-  // Declared after the meshes, so destroyed before them: its algorithms hold their pairs.
+  // Declared after the meshes, so destroyed before them: its algorithms hold their pairs, and
+  // Gloo's own descriptors stay the last ones, so that its close ends each connection.
   std::unique_ptr<ReusedAllreduces> reused = std::make_unique<ReusedAllreduces>();
+  ClosedConnections closed_async;
+
+  // Before an algorithm on `context`, its buffers registered, waits (ClosedConnections).
+  void check(const std::shared_ptr<gloo::Context>& context) const {
+    if (context == async) closed_async.throw_if_any();
+  }
 
   const std::shared_ptr<gloo::Context>& for_bytes(size_t bytes) const {
     return bytes <= kSyncMeshMaxBytes ? sync : async;
@@ -212,12 +289,22 @@ struct Meshes {
       return context;
     };
     Meshes m{mesh("sync/"), mesh("async/")};
+    m.closed_async = ClosedConnections(*m.async);
     for (int peer = 0; peer < size; ++peer) {
       if (peer != rank) m.sync->getPair(peer)->setSync(true, false);
     }
     return m;
   }
 };
+
+// Runs a Gloo algorithm object, built (its buffers registered) on `context`, once the pairs pass
+// Meshes::check.
+template <typename Algorithm>
+void run(const Meshes& meshes, const std::shared_ptr<gloo::Context>& context,
+         Algorithm&& algorithm) {
+  meshes.check(context);
+  algorithm.run();
+}
 
 // Below this, one message per hop (AllreduceRing) has the lowest latency; from it on, the
 // bandwidth-optimal ring (reduce-scatter then allgather in chunks) moves fewer bytes.
@@ -228,17 +315,18 @@ constexpr size_t kMaxPieceBytes = size_t{1} << 30;
 namespace detail {
 
 template <typename T>
-void broadcast(const std::shared_ptr<gloo::Context>& context, T* recv, size_t count, int root) {
+void broadcast(const Meshes& meshes, const std::shared_ptr<gloo::Context>& context, T* recv,
+               size_t count, int root) {
   if (count == 0) return;
-  gloo::BroadcastOneToAll<T>(context, {recv}, count, root).run();
+  run(meshes, context, gloo::BroadcastOneToAll<T>(context, {recv}, count, root));
 }
 
 template <typename T>
-void allgatherv(const std::shared_ptr<gloo::Context>& context, T* recv,
+void allgatherv(const Meshes& meshes, const std::shared_ptr<gloo::Context>& context, T* recv,
                 const std::vector<size_t>& counts) {
   size_t offset = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
-    broadcast(context, recv + offset, counts[r], static_cast<int>(r));
+    broadcast(meshes, context, recv + offset, counts[r], static_cast<int>(r));
     offset += counts[r];
   }
 }
@@ -281,17 +369,17 @@ void allreduce(Meshes& meshes, T* data, size_t count, const gloo::ReductionFunct
     // At two ranks the ring's orders are a + b and b + a, the same bits (IEEE 754 sums and
     // products commute); from three on they differ.
     if (bytes < kChunkedRingFromBytes && (!order_sensitive || context->size <= 2)) {
-      gloo::AllreduceRing<T>(context, {data + done}, n, reduction).run();
+      run(meshes, context, gloo::AllreduceRing<T>(context, {data + done}, n, reduction));
     } else if (bytes < kChunkedRingFromBytes) {
-      gloo::AllreduceRingChunked<T>(context, {data + done}, n, reduction).run();
+      run(meshes, context, gloo::AllreduceRingChunked<T>(context, {data + done}, n, reduction));
     } else if (ReusedAllreduces::holds(bytes)) {
       if (agreed != nullptr && reuses_one_object<T>(count)) {
-        meshes.reused->get_agreed(context, data, n, reduction, *agreed).run();
+        run(meshes, context, meshes.reused->get_agreed(context, data, n, reduction, *agreed));
       } else {
-        meshes.reused->get(context, meshes.sync, data + done, n, reduction).run();
+        run(meshes, context, meshes.reused->get(context, meshes.sync, data + done, n, reduction));
       }
     } else {
-      gloo::AllreduceRingChunked<T>(context, {data + done}, n, reduction).run();
+      run(meshes, context, gloo::AllreduceRingChunked<T>(context, {data + done}, n, reduction));
     }
   }
 }
@@ -299,7 +387,7 @@ void allreduce(Meshes& meshes, T* data, size_t count, const gloo::ReductionFunct
 // recv (count elements) = root's recv; every rank passes its own recv, the root's holds the data.
 template <typename T>
 void broadcast(const Meshes& meshes, T* recv, size_t count, int root) {
-  detail::broadcast(meshes.for_bytes(count * sizeof(T)), recv, count, root);
+  detail::broadcast(meshes, meshes.for_bytes(count * sizeof(T)), recv, count, root);
 }
 
 // recv holds each rank's `counts[r]` elements, rank by rank; this rank's part must already be in
@@ -309,7 +397,7 @@ template <typename T>
 void allgatherv(const Meshes& meshes, T* recv, const std::vector<size_t>& counts) {
   size_t total = 0;
   for (size_t c : counts) total += c;
-  detail::allgatherv(meshes.for_bytes(total * sizeof(T)), recv, counts);
+  detail::allgatherv(meshes, meshes.for_bytes(total * sizeof(T)), recv, counts);
 }
 
 // recv holds every rank's `count` elements, rank by rank; send is this rank's part (it may be
@@ -323,10 +411,10 @@ void allgather(const Meshes& meshes, const T* send, T* recv, size_t count) {
   if (count * ranks * sizeof(T) > kMaxPieceBytes) {
     T* mine = recv + static_cast<size_t>(context->rank) * count;
     if (send != mine) std::copy(send, send + count, mine);
-    detail::allgatherv(context, recv, std::vector<size_t>(ranks, count));
+    detail::allgatherv(meshes, context, recv, std::vector<size_t>(ranks, count));
     return;
   }
-  gloo::AllgatherRing<T>(context, {send}, recv, static_cast<int>(count)).run();
+  run(meshes, context, gloo::AllgatherRing<T>(context, {send}, recv, static_cast<int>(count)));
 }
 
 inline void barrier(const Meshes& meshes) { gloo::BarrierAllToAll(meshes.sync).run(); }
@@ -384,6 +472,7 @@ void reduce_scatter(const Meshes& meshes, const T* send, T* recv, size_t count,
   int dummy = 0;
   const auto send_notification = left->createSendBuffer(notification_slot, &dummy, sizeof(dummy));
   const auto recv_notification = right->createRecvBuffer(notification_slot, &dummy, sizeof(dummy));
+  meshes.check(context);
   const int rounds = size - 1;
   for (int round = 0; round < rounds; ++round) {
     send_data->send();
@@ -434,6 +523,7 @@ void alltoall(const Meshes& meshes, const T* send, const std::vector<size_t>& se
     receives.emplace_back(from, context->getPair(from)->createRecvBuffer(
                                     slot, recv + recv_offsets[r], recv_counts[r] * sizeof(T)));
   }
+  meshes.check(context);
   // Gloo only reads a send buffer; its API takes every buffer as void*.
   T* const out = const_cast<T*>(send);
   for (int i = 1; i < size; ++i) {

@@ -223,13 +223,6 @@ Status check_dtype(hvd_dtype dtype) {
                 "gloo: dtype " + std::to_string(dtype) + " is not one it knows");
 }
 
-// Gloo keeps each pair's socket to itself (tcp::Pair::fd_ is protected). A pointer to member
-// named through a derived class is the standard way to read a protected member of an object one
-// did not make; this class is never instantiated.
-struct PairSocket : gloo::transport::tcp::Pair {
-  static int of(gloo::transport::tcp::Pair& pair) { return pair.*(&PairSocket::fd_); }
-};
-
 // Duplicates of a communicator's sockets, so that abort() can shut them down from any thread.
 // shutdown(2) acts on the socket, which a duplicate keeps open: it can never reach a descriptor
 // number Gloo closed and the process then reused. Destroyed before the meshes, so that Gloo's
@@ -247,14 +240,12 @@ class Sockets {
   Status add(gloo::Context& context) {
     for (int peer = 0; peer < context.size; ++peer) {
       if (peer == context.rank) continue;
-      auto* pair = dynamic_cast<gloo::transport::tcp::Pair*>(context.getPair(peer).get());
-      if (pair == nullptr) return Status(HVD_ERR_INTERNAL, "gloo: a pair is not a TCP pair");
-      const int fd = ::fcntl(PairSocket::of(*pair), F_DUPFD_CLOEXEC, 0);
-      if (fd < 0) {
-        return Status(HVD_ERR_SYSTEM,
-                      std::string("gloo: duplicating a socket: ") + std::strerror(errno));
+      try {
+        fds_.push_back(
+            hvd::gloo_algorithms::ClosedConnections::duplicate_socket(*context.getPair(peer)));
+      } catch (const gloo::IoException& e) {
+        return Status(HVD_ERR_SYSTEM, std::string("gloo: ") + e.what());
       }
-      fds_.push_back(fd);
     }
     return Status::success();
   }
