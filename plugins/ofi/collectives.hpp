@@ -30,7 +30,7 @@ struct Tuning {
   size_t ring_allreduce_bytes = 64 << 10;    // HVD_OFI_RING_ALLREDUCE_BYTES
   size_t scatter_broadcast_bytes = 1 << 20;  // HVD_OFI_SCATTER_BROADCAST_BYTES
   size_t segment_bytes = 256 << 10;          // HVD_OFI_SEGMENT_BYTES: the ring's messages
-  size_t segments_in_flight = 8;             // receive buffers of the ring's reduce-scatter
+  size_t segments_in_flight = 4;             // HVD_OFI_SEGMENTS_IN_FLIGHT: reduce-scatter buffers
   size_t sends_in_flight = 64;
 
   static Result<Tuning> from_environment();

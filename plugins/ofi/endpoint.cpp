@@ -256,9 +256,16 @@ Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, siz
   op->is_send = true;
   op->peer = peer;
   op->bytes = bytes;
-  const ssize_t posted = fi_tsend(ep_, buffer, bytes, nullptr,
-                                  addresses_[static_cast<size_t>(peer)], tag(index), &op->context);
-  if (posted == 0) return op;
+  // A message the provider takes inline is sent and done on return: no completion to wait for.
+  const bool inject = bytes <= info_->tx_attr->inject_size;
+  const ssize_t posted =
+      inject ? fi_tinject(ep_, buffer, bytes, addresses_[static_cast<size_t>(peer)], tag(index))
+             : fi_tsend(ep_, buffer, bytes, nullptr, addresses_[static_cast<size_t>(peer)],
+                        tag(index), &op->context);
+  if (posted == 0) {
+    op->done = inject;
+    return op;
+  }
   ops_.pop_back();
   if (posted == -FI_EAGAIN) return static_cast<Op*>(nullptr);
   return Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": sending to " + name_of(peer) +
@@ -296,13 +303,16 @@ Result<Op*> Endpoint::post(bool is_send, int peer, uint32_t index, void* buffer,
   return op;
 }
 
-Result<bool> Endpoint::progress(int waiting_for) {
+Result<bool> Endpoint::progress() {
   fi_cq_tagged_entry entries[16];
   const ssize_t n = fi_cq_read(cq_, entries, 16);
   if (n > 0) {
     for (ssize_t i = 0; i < n; ++i) {
       Op* op = static_cast<Op*>(entries[i].op_context);
-      if (op == &notice_op_) return notice_failure(waiting_for);
+      if (op == &notice_op_) {
+        notice_arrived_ = true;
+        return Status(HVD_ERR_REMOTE, "ofi: a peer's notice");
+      }
       if (!op->is_send && entries[i].len != op->bytes) {
         return Status(HVD_ERR_MISMATCH,
                       std::string("ofi ") + call_ + ": " + name_of(op->peer) + " sent " +
@@ -431,9 +441,8 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int peer, const
 
 // Spin a little, then yield, then sleep: a long wait (a peer still computing) must not take a
 // core from the ranks that share it.
-void Endpoint::nap(std::chrono::steady_clock::time_point idle_since, int polls) const {
-  if (polls < 64) return;
-  if (std::chrono::steady_clock::now() - idle_since < std::chrono::milliseconds(2)) {
+void Endpoint::nap(std::chrono::steady_clock::duration idle) const {
+  if (idle < std::chrono::milliseconds(2)) {
     sched_yield();
     return;
   }

@@ -76,9 +76,9 @@ class Endpoint {
     return post(false, peer, index, buffer, bytes);
   }
 
-  // Reads what completed, without waiting. True when anything did. `waiting_for`: the rank the
-  // caller waits on, which a peer's notice blaming this rank then blames.
-  Result<bool> progress(int waiting_for = -1);
+  // Reads what completed, without waiting. True when anything did. A peer's notice is an error
+  // with notice_arrived_ set: the caller makes it notice_failure(the rank it waits for).
+  Result<bool> progress();
 
   // Waits until `done()` holds, progressing; fails when nothing completes for the timeout (or on
   // abort, or a peer's notice). `waiting_for()` names the rank the caller waits on, for the error.
@@ -110,7 +110,8 @@ class Endpoint {
   Status notice_failure(int waiting_for);
   Status timeout_failure(int peer);
   Status blame(hvd_status code, const std::string& what, int peer, const char* verdict);
-  void nap(std::chrono::steady_clock::time_point idle_since, int polls) const;
+  static constexpr int kSpinPolls = 64;
+  void nap(std::chrono::steady_clock::duration idle) const;
   uint64_t tag(uint32_t index) const;
 
   int rank_ = 0;
@@ -143,6 +144,7 @@ class Endpoint {
   std::deque<Op> ops_;     // this call's, stable addresses
   int suspect_ = -1;       // the rank this endpoint's failure blames, if any
   bool notices_sent_ = false;
+  bool notice_arrived_ = false;
   bool broken_ = false;
   Status broken_status_;
   std::atomic<bool> aborted_{false};
@@ -153,21 +155,26 @@ class Endpoint {
 template <typename Done, typename WaitingFor>
 Status Endpoint::wait_until(Done&& done, WaitingFor&& waiting_for) {
   using Clock = std::chrono::steady_clock;
-  Clock::time_point idle_since = Clock::now();
-  int polls = 0;
+  Clock::time_point idle_since;
+  int polls = 0;  // since the last completion; the clock is read only after a spin of them
   while (!done()) {
-    HVD_ASSIGN_OR_RETURN(const bool moved, progress(waiting_for()));
-    if (moved) {
-      idle_since = Clock::now();
+    Result<bool> moved = progress();
+    if (!moved.ok()) {
+      return notice_arrived_ ? notice_failure(waiting_for()) : moved.status();
+    }
+    if (*moved) {
       polls = 0;
       continue;
     }
+    if (++polls < kSpinPolls) continue;
+    const Clock::time_point now = Clock::now();
+    if (polls == kSpinPolls) idle_since = now;
     if (aborted_.load(std::memory_order_relaxed)) {
       return Status(HVD_ERR_STATE,
                     std::string("ofi ") + call_ + ": the communicator was aborted during the call");
     }
-    if (Clock::now() - idle_since > timeout_) return timeout_failure(waiting_for());
-    nap(idle_since, ++polls);
+    if (now - idle_since > timeout_) return timeout_failure(waiting_for());
+    nap(now - idle_since);
   }
   return Status::success();
 }
