@@ -28,6 +28,9 @@ run kvs "$bin/hvdrun" -np 3 --backend kvs --plugin-path "$plugins" --timeout 120
   "$bin/hvd_faults_test"
 run kvs10 "$bin/hvdrun" -np 3 --backend kvs10 --plugin-path "$plugins" --timeout 120 -- \
   "$bin/hvd_faults_test"
+if [ -e "$build/lib/hvd/libhvd-backend-ofi.so" ]; then
+  run ofi "$bin/hvdrun" -np 3 --backend ofi --timeout 120 -- "$bin/hvd_faults_test"
+fi
 if command -v mpirun >/dev/null && [ -e "$build/lib/hvd/libhvd-backend-mpi.so" ]; then
   run mpi mpirun --allow-run-as-root --oversubscribe -np 3 -x HVD_BACKEND=mpi \
     "$bin/hvd_faults_test"

@@ -206,6 +206,40 @@ TEST_P(OfiFaultJob, ADeadPeerInTheFusedPathIsAnErrorNamingIt) {
                                false);
 }
 
+// Rank 1 stops (SIGSTOP) instead of calling: rank 0 times out, naming it, in recursive doubling
+// (8 B) and in the ring (4 MiB). Neither provider can tell a stopped peer from a slow one.
+TEST_P(OfiFaultJob, AStoppedRankIsATimeoutNamingIt) {
+  for (const char* count : {"2", "1048576"}) {
+    SCOPED_TRACE(std::string("count ") + count);
+    Job r =
+        run("HVD_OFI_PROVIDER='" + GetParam() + "' " + kHvdrun +
+            " -np 2 --backend ofi --timeout 2 " + kFaultJob + " --stop-rank 1 --count " + count);
+    const auto by_rank = reports(r.output);
+    ASSERT_EQ(by_rank.count(0), 1u) << r.output;
+    const Report& report = by_rank.at(0);
+    EXPECT_EQ(report.status, "timeout") << report.message;
+    EXPECT_NE(report.message.find("rank 1 stopped, died"), std::string::npos) << report.message;
+    EXPECT_GE(report.seconds, kTimeout - 0.1);
+    EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
+  }
+}
+
+// 1 Mi against 1 Mi + 1 float32: the rank that receives a message of the wrong length fails with
+// a mismatch, and its notice fails the other at once.
+TEST_P(OfiFaultJob, CountsThatDifferAreAnErrorOnEveryRank) {
+  Job r = run("HVD_OFI_PROVIDER='" + GetParam() + "' " + kHvdrun +
+              " -np 2 --backend ofi --timeout 2 " + kFaultJob + " --count-for-rank 1=1048577");
+  const auto by_rank = reports(r.output);
+  ASSERT_EQ(by_rank.size(), 2u) << r.output;
+  bool mismatch_seen = false;
+  for (const auto& [rank, report] : by_rank) {
+    EXPECT_NE(report.status, "success") << rank << ": " << r.output;
+    EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
+    mismatch_seen = mismatch_seen || report.status == "mismatch between ranks";
+  }
+  EXPECT_TRUE(mismatch_seen) << r.output;
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, OfiFaultJob, ::testing::Values("shm", "tcp;ofi_rxm"),
                          [](const ::testing::TestParamInfo<std::string>& provider) {
                            return provider.param == "shm" ? std::string("shm") : std::string("tcp");

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The libfabric backend's goals as one command (docs/performance.md, "libfabric"): K runs of each,
+# taking turns, and the median of each ratio (every ratio comes from one job).
+#
+#   bench/ofi_bench.sh [--runs K] [--bin DIR] [--out DIR] [--no-hosts]
+#
+#   1. 2 ranks on shm, 64 MiB float32 allreduce: ofi's busbw over hvd's mpi backend's (the
+#      --compare column), over MPI_Allreduce called directly, and over the memcpy bandwidth that
+#      hvd-bench measured in the same job; out of place and in place.
+#   2. 2 ranks, 8 B allreduce, OSU-style: ofi's p50 over MPI_Allreduce's p50 (lower is better).
+#   3. 3 network-namespace hosts on tcp;ofi_rxm, links not capped, 1-64 MiB: ofi's busbw over
+#      Gloo's (the smallest ratio over the sizes). Needs root; --no-hosts leaves it out.
+# Each job's JSON is kept in --out (default: a temporary directory, printed).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/build/bin
+runs=3
+out=""
+hosts=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --no-hosts) hosts=0; shift ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "ofi_bench: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$out" ] || out=$(mktemp -d /tmp/ofi-bench.XXXXXX)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+echo "# ofi_bench: $runs runs of each goal; JSON in $out"
+
+median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+ratios=$out/ratios.txt
+: > "$ratios"
+
+for i in $(seq 1 "$runs"); do
+  "$bin/hvdrun" --mpi -np 2 "$bin/hvd-bench" --backend ofi,mpi --compare mpi --baseline \
+    -b 64M -e 64M -J "$out/shm64M-$i.json" > "$out/shm64M-$i.txt"
+  jq -r '(.limits.memcpy_GBps) as $m
+         | ([.results[] | select(.backend == "mpi")][0]) as $mpi
+         | .results[] | select(.backend == "ofi")
+         | "vs_mpi_backend_oop \(.compare.ratio_out_of_place)\nvs_mpi_backend_ip \(.compare.ratio_in_place)\nvs_MPI_Allreduce_oop \(.out_of_place.bus_bw / $mpi.direct.out_of_place.bus_bw)\nvs_MPI_Allreduce_ip \(.in_place.bus_bw / $mpi.direct.in_place.bus_bw)\nvs_memcpy_oop \(.out_of_place.bus_bw / $m)\nvs_memcpy_ip \(.in_place.bus_bw / $m)"' \
+    "$out/shm64M-$i.json" >> "$ratios"
+
+  "$bin/hvdrun" --mpi -np 2 "$bin/hvd-bench" --backend ofi,mpi --baseline --latency \
+    -b 8 -e 8 -J "$out/lat8-$i.json" > "$out/lat8-$i.txt"
+  jq -r '([.results[] | select(.backend == "mpi")][0].direct.latency_us.p50) as $d
+         | .results[] | select(.backend == "ofi") | "p50_over_MPI_Allreduce \(.latency_us.p50 / $d)"' \
+    "$out/lat8-$i.json" >> "$ratios"
+
+  if [ "$hosts" = 1 ]; then
+    "$root/bench/netns_bench.sh" --bin "$bin" --hosts 3 -- --backend ofi,gloo --compare gloo \
+      -b 1M -e 64M -f 4 -J "$out/hosts3-$i.json" > "$out/hosts3-$i.txt"
+    jq -r '[.results[] | select(.backend == "ofi") | .compare.ratio_out_of_place, .compare.ratio_in_place]
+           | "three_hosts_min_vs_gloo \(min)"' "$out/hosts3-$i.json" >> "$ratios"
+  fi
+done
+
+echo "# goal                                       median   (runs)"
+for key in vs_mpi_backend_oop vs_mpi_backend_ip vs_MPI_Allreduce_oop vs_MPI_Allreduce_ip \
+           vs_memcpy_oop vs_memcpy_ip p50_over_MPI_Allreduce three_hosts_min_vs_gloo; do
+  values=$(awk -v k="$key" '$1 == k {printf "%.3f\n", $2}' "$ratios")
+  [ -n "$values" ] || continue
+  printf "%-44s %6s   (%s)\n" "$key" "$(echo "$values" | median)" "$(echo "$values" | tr '\n' ' ' | sed 's/ $//')"
+done
