@@ -188,6 +188,10 @@ constexpr size_t kSyncMeshMaxBytes = 64 << 10;
 // before Gloo names the closed connection. So every algorithm on that mesh registers its buffers,
 // then asks this (Meshes::check), then waits; a pair that closes later wakes it.
 //
+// It looks at every peer of the mesh, not only those the algorithm waits on: a call on a
+// communicator one of whose ranks has failed or left fails too, even where the data it needs
+// came from others.
+//
 // It polls duplicates of the pairs' sockets (tcp::Pair::fd_ is protected: a pointer to member
 // named through a derived class reads it), which keep each socket open after Gloo closed its own
 // descriptor, so the end stays visible.
@@ -207,17 +211,27 @@ class ClosedConnections {
 
   // Watches `context`'s pairs; throws gloo::IoException when a socket cannot be duplicated.
   explicit ClosedConnections(gloo::Context& context) {
-    for (int peer = 0; peer < context.size; ++peer) {
-      if (peer == context.rank) continue;
-      sockets_.push_back({duplicate_socket(*context.getPair(peer)), POLLRDHUP, 0});
-      peers_.push_back(peer);
+    sockets_.reserve(static_cast<size_t>(context.size));
+    try {
+      for (int peer = 0; peer < context.size; ++peer) {
+        if (peer == context.rank) continue;
+        sockets_.push_back({duplicate_socket(*context.getPair(peer)), POLLRDHUP, 0});
+        peers_.push_back(peer);
+      }
+    } catch (...) {  // no destructor runs for an object whose constructor throws
+      for (const pollfd& p : sockets_) ::close(p.fd);
+      throw;
     }
   }
 
   // Throws gloo::IoException naming the first peer whose connection has ended (closed by the
   // peer, reset, or shut down here); one poll(2) that never waits.
   void throw_if_any() const {
-    if (::poll(sockets_.data(), sockets_.size(), 0) <= 0) return;
+    int ready;
+    do {
+      ready = ::poll(sockets_.data(), sockets_.size(), 0);
+    } while (ready < 0 && errno == EINTR);
+    if (ready <= 0) return;
     for (size_t i = 0; i < sockets_.size(); ++i) {
       if ((sockets_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
       const std::string peer = std::to_string(peers_[i]);
