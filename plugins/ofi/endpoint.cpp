@@ -56,6 +56,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
 }
 
 Endpoint::~Endpoint() {
+  // A broken endpoint left open (break_endpoint) stays open: its objects are not freed.
+  if (broken_ && leave_open_when_broken_) return;
   // The endpoint first: closing it cancels what it had posted.
   close_fid(ep_);
   close_fid(av_);
@@ -114,6 +116,8 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
   if (code != 0) return fabric_error("binding the address vector", code);
   code = fi_enable(ep_);
   if (code != 0) return fabric_error("fi_enable", code);
+  leave_open_when_broken_ =
+      std::string(info_->fabric_attr->prov_name).find("ofi_rxm") != std::string::npos;
   description_ = std::string(info_->fabric_attr->prov_name) + " on " + info_->domain_attr->name +
                  ", fabric " + info_->fabric_attr->name;
   return Status::success();
@@ -246,8 +250,18 @@ void Endpoint::send_notices(hvd_status code) {
 void Endpoint::break_endpoint(hvd_status code) {
   broken_ = true;
   send_notices(code);
-  close_fid(ep_);  // cancels every posted operation: nothing touches the caller's buffers after
-  ops_.clear();
+  if (!leave_open_when_broken_) {
+    close_fid(ep_);  // cancels every posted operation: nothing touches the caller's buffers after
+    ops_.clear();
+    return;
+  }
+  // ofi_rxm: cancel what is posted and never call into the endpoint again (every later call
+  // fails before it would), so no transfer moves on; the Ops stay, as their contexts may still
+  // be the provider's.
+  for (Op& op : ops_) {
+    if (!op.done) (void)fi_cancel(&ep_->fid, &op.context);
+  }
+  for (int i = 0; i < 100; ++i) (void)fi_cq_read(cq_, nullptr, 0);
 }
 
 Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, size_t bytes) {
@@ -309,6 +323,7 @@ Result<bool> Endpoint::progress() {
   if (n > 0) {
     for (ssize_t i = 0; i < n; ++i) {
       Op* op = static_cast<Op*>(entries[i].op_context);
+      if (op == nullptr) continue;  // not one of this endpoint's posts (fi_tinject asks for none)
       if (op == &notice_op_) {
         notice_arrived_ = true;
         return Status(HVD_ERR_REMOTE, "ofi: a peer's notice");
@@ -335,6 +350,11 @@ Result<bool> Endpoint::progress() {
                              ")";
   if (op == &notice_op_) {
     return Status(HVD_ERR_REMOTE, std::string("ofi ") + call_ + ": a peer's notice: " + detail);
+  }
+  if (op == nullptr) {
+    // A failed fi_tinject may still report its error, with no context to say to whom.
+    return Status(HVD_ERR_REMOTE,
+                  std::string("ofi ") + call_ + ": a message sent inline failed: " + detail);
   }
   const std::string what = std::string("ofi ") + call_ + ": " +
                            (op->is_send ? "sending to " : "receiving from ") + name_of(op->peer);
