@@ -17,6 +17,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -225,7 +226,7 @@ class ClosedConnections {
   }
 
   // Throws gloo::IoException naming the first peer whose connection has ended (closed by the
-  // peer, reset, or shut down here); one poll(2) that never waits.
+  // peer, reset, or shut down here) with nothing left to read; one poll(2) that never waits.
   void throw_if_any() const {
     int ready;
     do {
@@ -234,6 +235,11 @@ class ClosedConnections {
     if (ready <= 0) return;
     for (size_t i = 0; i < sockets_.size(); ++i) {
       if ((sockets_[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
+      // Bytes still queued are Gloo's to read, maybe into the buffers just registered: its event
+      // loop drains them, reaches the end and wakes those buffers itself. Failing the call now
+      // would let it write into memory the caller frees.
+      int queued = 0;
+      if (::ioctl(sockets_[i].fd, FIONREAD, &queued) == 0 && queued > 0) continue;
       const std::string peer = std::to_string(peers_[i]);
       throw gloo::IoException("the connection to rank " + peer + " has ended (rank " + peer +
                               " failed or gave up)");
