@@ -8,7 +8,9 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 namespace hvd::ofi {
@@ -56,8 +58,15 @@ Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
 }
 
 Endpoint::~Endpoint() {
-  // A broken endpoint left open (break_endpoint) stays open: its objects are not freed.
-  if (broken_ && leave_open_when_broken_) return;
+  // A broken endpoint left open (break_endpoint) stays open for the life of the process, its
+  // objects kept reachable (not a leak: they are still the provider's).
+  if (broken_ && leave_open_when_broken_) {
+    static std::mutex mutex;
+    static auto* kept = new std::vector<std::array<void*, 6>>();
+    const std::lock_guard<std::mutex> lock(mutex);
+    kept->push_back({ep_, av_, cq_, domain_, fabric_, info_});
+    return;
+  }
   // The endpoint first: closing it cancels what it had posted.
   close_fid(ep_);
   close_fid(av_);
