@@ -125,8 +125,10 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
   if (code != 0) return fabric_error("binding the address vector", code);
   code = fi_enable(ep_);
   if (code != 0) return fabric_error("fi_enable", code);
+  // Only where data moves when this rank progresses it: then a transfer left posted stays still.
   leave_open_when_broken_ =
-      std::string(info_->fabric_attr->prov_name).find("ofi_rxm") != std::string::npos;
+      std::string(info_->fabric_attr->prov_name).find("ofi_rxm") != std::string::npos &&
+      info_->domain_attr->data_progress == FI_PROGRESS_MANUAL;
   description_ = std::string(info_->fabric_attr->prov_name) + " on " + info_->domain_attr->name +
                  ", fabric " + info_->fabric_attr->name;
   return Status::success();
@@ -264,9 +266,9 @@ void Endpoint::break_endpoint(hvd_status code) {
     ops_.clear();
     return;
   }
-  // ofi_rxm: cancel what is posted and never call into the endpoint again (every later call
-  // fails before it would), so no transfer moves on; the Ops stay, as their contexts may still
-  // be the provider's.
+  // ofi_rxm with manual data progress: cancel what is posted and never call into the endpoint
+  // again (every later call fails before it would), so no transfer moves on; the Ops stay, as
+  // their contexts may still be the provider's.
   for (Op& op : ops_) {
     if (!op.done) (void)fi_cancel(&ep_->fid, &op.context);
   }

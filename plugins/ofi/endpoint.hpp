@@ -15,7 +15,8 @@
 // is always posted), then closes the endpoint, which cancels whatever it had posted, so that no
 // transfer touches the caller's buffers after the call returns. Over ofi_rxm, whose close can
 // crash once a connection failed, it cancels what it posted and never calls into the endpoint
-// again instead: progress is the caller's, so nothing moves, and the endpoint is never freed. A
+// again instead: data moves only when the caller progresses it (FI_PROGRESS_MANUAL, which that
+// choice requires), so nothing moves, and the endpoint is never freed. A
 // peer's notice fails that peer's call at once, naming this rank, instead of letting it wait out
 // its timeout.
 #ifndef HVD_OFI_ENDPOINT_HPP
