@@ -276,9 +276,10 @@ class ClosedConnections {
 struct Meshes {
   std::shared_ptr<gloo::Context> sync;
   std::shared_ptr<gloo::Context> async;
-  // Declared after the meshes, so destroyed before them: its algorithms hold their pairs, and
-  // Gloo's own descriptors stay the last ones, so that its close ends each connection.
+  // Declared after the meshes, so destroyed before them: its algorithms hold their pairs.
   std::unique_ptr<ReusedAllreduces> reused = std::make_unique<ReusedAllreduces>();
+  // After the meshes too: its duplicates close first, so that Gloo's own descriptors are the last
+  // ones and its close ends each connection.
   ClosedConnections closed_async;
 
   // Before an algorithm on `context`, its buffers registered, waits (ClosedConnections).
