@@ -127,16 +127,22 @@ TEST(GlooFaultJob, APeerKilledInTheFusedPathIsAnErrorOnTheOthers) {
   }
 }
 
-// Rank 1 stops (SIGSTOP) instead of calling; rank 0's call is a timeout, on the sync mesh (8 B)
-// and in the agreement before the event-loop mesh (4 MiB).
-void expect_gloo_stopped_rank_times_out(const std::string& count) {
-  Job r = run(kHvdrun + " -np 2 --timeout 2 " + kFaultJob + " --stop-rank 1 --count " + count);
+// A job whose rank 1 stopped (SIGSTOP) instead of calling: rank 0's call is a timeout, within
+// the timeout's bounds, and its message holds `naming` (how the backend names rank 1).
+void expect_stopped_rank_times_out(const Job& r, const std::string& naming) {
   const auto by_rank = reports(r.output);
   ASSERT_EQ(by_rank.count(0), 1u) << r.output;
   const Report& report = by_rank.at(0);
   EXPECT_EQ(report.status, "timeout") << report.message;
+  EXPECT_NE(report.message.find(naming), std::string::npos) << report.message;
   EXPECT_GE(report.seconds, kTimeout - 0.1);
   EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
+}
+
+// On the sync mesh (8 B) and in the agreement before the event-loop mesh (4 MiB).
+void expect_gloo_stopped_rank_times_out(const std::string& count) {
+  expect_stopped_rank_times_out(
+      run(kHvdrun + " -np 2 --timeout 2 " + kFaultJob + " --stop-rank 1 --count " + count), "");
 }
 
 TEST(GlooFaultJob, AStoppedRankIsATimeoutWithinHvdTimeout) {
@@ -178,6 +184,11 @@ class OfiFaultJob : public ::testing::TestWithParam<std::string> {
   std::string environment() const {
     return "HVD_BACKEND=ofi HVD_TIMEOUT=2 HVD_OFI_PROVIDER='" + GetParam() + "'";
   }
+  // Two ranks under hvdrun, which stops the job once a rank dies.
+  Job job_of_two(const std::string& options) const {
+    return run(environment() + " " + kHvdrun + " -np 2 --backend ofi --timeout 2 " + kFaultJob +
+               " " + options);
+  }
 };
 
 // Rank 1 of 3 dies instead of calling: a 64 MiB allreduce (the ring) and an 8-byte one
@@ -211,16 +222,8 @@ TEST_P(OfiFaultJob, ADeadPeerInTheFusedPathIsAnErrorNamingIt) {
 TEST_P(OfiFaultJob, AStoppedRankIsATimeoutNamingIt) {
   for (const char* count : {"2", "1048576"}) {
     SCOPED_TRACE(std::string("count ") + count);
-    Job r =
-        run("HVD_OFI_PROVIDER='" + GetParam() + "' " + kHvdrun +
-            " -np 2 --backend ofi --timeout 2 " + kFaultJob + " --stop-rank 1 --count " + count);
-    const auto by_rank = reports(r.output);
-    ASSERT_EQ(by_rank.count(0), 1u) << r.output;
-    const Report& report = by_rank.at(0);
-    EXPECT_EQ(report.status, "timeout") << report.message;
-    EXPECT_NE(report.message.find("rank 1 stopped, died"), std::string::npos) << report.message;
-    EXPECT_GE(report.seconds, kTimeout - 0.1);
-    EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
+    expect_stopped_rank_times_out(job_of_two(std::string("--stop-rank 1 --count ") + count),
+                                  "rank 1 stopped, died");
   }
 }
 
@@ -228,8 +231,7 @@ TEST_P(OfiFaultJob, AStoppedRankIsATimeoutNamingIt) {
 // a mismatch, and its notice (or a failed send to it) fails the other at once: both well before
 // the timeout, at which a rank left waiting would fail.
 TEST_P(OfiFaultJob, CountsThatDifferAreAnErrorOnEveryRank) {
-  Job r = run("HVD_OFI_PROVIDER='" + GetParam() + "' " + kHvdrun +
-              " -np 2 --backend ofi --timeout 2 " + kFaultJob + " --count-for-rank 1=1048577");
+  Job r = job_of_two("--count-for-rank 1=1048577");
   const auto by_rank = reports(r.output);
   ASSERT_EQ(by_rank.size(), 2u) << r.output;
   bool mismatch_seen = false;
@@ -254,27 +256,19 @@ std::string mpi_job(const std::string& arguments) {
 
 // A stopped rank, which the survivor used to wait on for ever at 100% of a core: a timeout, in
 // recursive doubling (8 B) and in the ring (4 MiB).
-void expect_stopped_rank_times_out(const std::string& count) {
-  Job r = run(mpi_job("--stop-rank 1 --count " + count));
-  const auto by_rank = reports(r.output);
-  ASSERT_EQ(by_rank.count(0), 1u) << r.output;
-  const Report& report = by_rank.at(0);
-  EXPECT_EQ(report.status, "timeout") << report.message;
-  EXPECT_NE(report.message.find("did not complete within 2000 ms (HVD_TIMEOUT); waiting on rank 1"),
-            std::string::npos)
-      << report.message;
-  EXPECT_GE(report.seconds, kTimeout - 0.1);
-  EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
+void expect_mpi_stopped_rank_times_out(const std::string& count) {
+  expect_stopped_rank_times_out(run(mpi_job("--stop-rank 1 --count " + count)),
+                                "did not complete within 2000 ms (HVD_TIMEOUT); waiting on rank 1");
 }
 
 TEST(Mpirun, AStoppedRankIsATimeoutNamingIt) {
   REQUIRE_MPI();
-  expect_stopped_rank_times_out("2");
+  expect_mpi_stopped_rank_times_out("2");
 }
 
 TEST(Mpirun, AStoppedRankIsATimeoutInTheRingToo) {
   REQUIRE_MPI();
-  expect_stopped_rank_times_out("1048576");
+  expect_mpi_stopped_rank_times_out("1048576");
 }
 
 TEST(Mpirun, BroadcastAgainstAllreduceTimesOutOnBothRanks) {
