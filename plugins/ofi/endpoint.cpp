@@ -1,14 +1,19 @@
 #include "endpoint.hpp"
 
+#include <dirent.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 #include <sched.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -39,6 +44,42 @@ template <typename Fid>
 void close_fid(Fid*& object) {
   if (object != nullptr) fi_close(&object->fid);
   object = nullptr;
+}
+
+// libfabric 1.17's shm names each endpoint's shared-memory region /dev/shm/<pid>:<n>:<m> and
+// creates it exclusively. A process that died without closing its endpoint (a rank killed, an
+// endpoint left open) leaves its region behind (16 MiB), and a later process given the same pid
+// fails to open one (fi_enable: "Device or resource busy"). So before this process's first shm
+// endpoint, the regions of pids that no process has any more are removed, and those named for
+// this process's pid that it does not map (a dead predecessor's); a peer that still maps one keeps
+// its mapping.
+void remove_dead_shm_regions() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    DIR* dir = ::opendir("/dev/shm");
+    if (dir == nullptr) return;
+    const long self = static_cast<long>(::getpid());
+    std::string maps;  // what this process maps, /dev/shm regions among them
+    if (std::FILE* file = std::fopen("/proc/self/maps", "r")) {
+      char chunk[4096];
+      for (size_t got; (got = std::fread(chunk, 1, sizeof chunk, file)) > 0;)
+        maps.append(chunk, got);
+      std::fclose(file);
+    }
+    while (const dirent* entry = ::readdir(dir)) {
+      long pid = 0;
+      int n = 0, m = 0, length = 0;
+      if (std::sscanf(entry->d_name, "%ld:%d:%d%n", &pid, &n, &m, &length) != 3 ||
+          entry->d_name[length] != '\0' || pid <= 0) {
+        continue;
+      }
+      const std::string path = std::string("/dev/shm/") + entry->d_name;
+      const bool dead = ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+      const bool predecessors = pid == self && maps.find(path + "\n") == std::string::npos;
+      if (dead || predecessors) (void)::unlink(path.c_str());
+    }
+    ::closedir(dir);
+  });
 }
 
 }  // namespace
@@ -88,6 +129,7 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
   hints->domain_attr->mr_mode = 0;
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   hints->fabric_attr->prov_name = strdup(provider.c_str());
+  if (provider == "shm") remove_dead_shm_regions();
   // Across hosts, listen on the address the peers reach this host at; on one host shm needs none.
   const bool bind_address = provider != "shm" && !ctx.local_address.empty();
   const int found = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),

@@ -243,6 +243,22 @@ TEST_P(OfiFaultJob, CountsThatDifferAreAnErrorOnEveryRank) {
   EXPECT_TRUE(mismatch_seen) << r.output;
 }
 
+// A rank killed on shm leaves its shared-memory region (/dev/shm/<pid>:0:0) behind, and a later
+// rank given that pid could not open its endpoint. Stale regions are planted for the next 300
+// pids (never over an existing file), then a 2-rank shm job must run.
+TEST(OfiShm, ARegionLeftByADeadProcessWithTheSamePidIsNoObstacle) {
+#ifndef HVD_TEST_OFI
+  GTEST_SKIP() << "the ofi backend is not built";
+#endif
+  Job r =
+      run("set -C; base=$(sh -c 'echo $$'); p=$base; while [ $p -lt $((base + 300)) ]; do "
+          "{ true > /dev/shm/$p:0:0; } 2>/dev/null; p=$((p + 1)); done; HVD_OFI_PROVIDER=shm " +
+          kHvdrun + " -np 2 --backend ofi --timeout 10 " + kFaultJob + " --count 2");
+  const auto by_rank = reports(r.output);
+  ASSERT_EQ(by_rank.size(), 2u) << r.output;
+  for (const auto& [rank, report] : by_rank) EXPECT_EQ(report.status, "success") << r.output;
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, OfiFaultJob, ::testing::Values("shm", "tcp;ofi_rxm"),
                          [](const ::testing::TestParamInfo<std::string>& provider) {
                            return provider.param == "shm" ? std::string("shm") : std::string("tcp");
