@@ -4,6 +4,11 @@
 // for equality, element by element.
 //
 // HVD_CONFORMANCE_MAX_COUNT caps the element counts (for slow test-only backends).
+// HVD_CONFORMANCE_TIMEOUT_CASE=1 runs Timeouts.*, which waits out a short HVD_TIMEOUT (seconds).
+// HVD_CONFORMANCE_REPORT=<dir>: each rank writes <dir>/rank<R>.txt, one line per case
+// ("start", then "pass", "fail" or "skip" with the reason), which hvd-plugin-check reads.
+//
+// Installed as <libexec>/hvd/hvd-conformance; hvd-plugin-check runs it at each rank count.
 //
 // Order matters: GoogleTest runs the plain TESTs first (CommSplit.* among them: they use children
 // of the job's communicator, never its scheduler), then the parameterized suites in the order of
@@ -12,9 +17,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -1273,6 +1280,47 @@ TEST(CudaMemory, StagedThroughHostMemoryEveryCollectiveIsExact) {
 #endif
 }
 
+// A peer that never calls: the backend itself must return HVD_ERR_TIMEOUT within HVD_TIMEOUT.
+// The host's watchdog aborts a call that runs past HVD_TIMEOUT + 1 s and reports it in its own
+// words; a call that ended that way is a plugin that ignores its timeout. On a communicator of
+// its own with a 2 s timeout (the job's keeps its own), the last rank calling nothing.
+TEST(Timeouts, APeerThatNeverCallsIsTheBackendsOwnTimeout) {
+  const char* enabled = std::getenv("HVD_CONFORMANCE_TIMEOUT_CASE");
+  if (enabled == nullptr || std::string(enabled) != "1") {
+    GTEST_SKIP() << "waits out a timeout: set HVD_CONFORMANCE_TIMEOUT_CASE=1 to run it "
+                    "(hvd-plugin-check does)";
+  }
+  if (!declared(HVD_INT32, &kSum)) GTEST_SKIP() << undeclared(HVD_INT32, &kSum);
+  if (g_comm->size() < 2) GTEST_SKIP() << "one rank has no peer to wait for";
+  hvd::Comm::Options options;
+  options.timeout_seconds = 2;
+  auto made = hvd::Comm::init(options);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  hvd::Comm comm = std::move(made).value();
+  const bool absent = comm.rank() == comm.size() - 1;
+  if (absent) {
+    // Long enough for the others' watchdog (timeout + 1 s) to have fired, were it needed.
+    std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+  } else {
+    int32_t x = 1;
+    const auto start = std::chrono::steady_clock::now();
+    const hvd::Status s = comm.allreduce(&x, &x, 1, HVD_INT32, HVD_SUM);
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_FALSE(s.ok()) << "allreduce completed although rank " << comm.size() - 1
+                         << " never called it";
+    if (s.message().find("did not return within HVD_TIMEOUT") != std::string::npos) {
+      ADD_FAILURE() << "the host's watchdog had to end the call after " << waited
+                    << " s (HVD_TIMEOUT 2 s + 1 s): backend '" << comm.backend()
+                    << "' does not honour its timeout (" << s.to_string() << ")";
+    } else if (!s.ok()) {
+      EXPECT_EQ(s.code(), HVD_ERR_TIMEOUT)
+          << "a peer that never called should be HVD_ERR_TIMEOUT, not " << s.to_string();
+    }
+  }
+  (void)comm.finalize();  // the others' communicator is broken: finalize reports that
+}
+
 // Abort is local and sticks: every later call fails with the abort's error, finalize reports it.
 TEST(Abort, EveryLaterCallFailsWithTheAbortAndFinalizeReportsIt) {
   auto made = hvd::Comm::init();
@@ -1696,8 +1744,75 @@ INSTANTIATE_TEST_SUITE_P(Finally, ZSchedulerLast, ::testing::Values(0),
 
 }  // namespace
 
+namespace {
+
+// One line per case for hvd-plugin-check: "start\t<case>" before it runs (so a crash names the
+// case it ended in), then "<pass|fail|skip>\t<case>\t<reason>". Flushed line by line.
+class CaseReport : public ::testing::EmptyTestEventListener {
+ public:
+  explicit CaseReport(const std::string& dir) : dir_(dir) {}
+
+ private:
+  static std::string case_name(const ::testing::TestInfo& info) {
+    return std::string(info.test_suite_name()) + "." + info.name();
+  }
+  static std::string one_line(std::string text) {
+    std::replace(text.begin(), text.end(), '\n', ' ');
+    std::replace(text.begin(), text.end(), '\t', ' ');
+    return text;
+  }
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    if (!out_.is_open() && g_comm != nullptr) {
+      out_.open(dir_ + "/rank" + std::to_string(g_comm->rank()) + ".txt", std::ios::app);
+    }
+    out_ << "start\t" << case_name(info) << std::endl;
+  }
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    const ::testing::TestResult& result = *info.result();
+    std::string status = "pass", reason;
+    if (result.Failed()) {
+      status = "fail";
+    } else if (result.Skipped()) {
+      status = "skip";
+    }
+    for (int i = 0; i < result.total_part_count(); ++i) {
+      const ::testing::TestPartResult& part = result.GetTestPartResult(i);
+      if ((status == "fail" && part.failed()) || (status == "skip" && part.skipped())) {
+        reason = part.message();
+        if (reason.rfind("Failed\n", 0) == 0) reason.erase(0, 7);  // ADD_FAILURE's first line
+        break;
+      }
+    }
+    out_ << status << "\t" << case_name(info) << "\t" << one_line(reason) << std::endl;
+  }
+
+  std::string dir_;
+  std::ofstream out_;
+};
+
+// Rank 0 says what it tests: the backend, its capabilities and the rank count.
+class Banner : public ::testing::EmptyTestEventListener {
+  void OnEnvironmentsSetUpEnd(const ::testing::UnitTest&) override {
+    if (g_comm == nullptr || g_comm->rank() != 0) return;
+    std::printf(
+        "hvd conformance: backend '%s' on %d ranks (capabilities %llx, dtypes %llx, "
+        "reduce ops %llx)\n",
+        g_comm->backend().c_str(), g_comm->size(),
+        static_cast<unsigned long long>(g_comm->capabilities()),
+        static_cast<unsigned long long>(hvd_backend_dtypes(g_comm->get())),
+        static_cast<unsigned long long>(hvd_backend_reduce_ops(g_comm->get())));
+    std::fflush(stdout);
+  }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::AddGlobalTestEnvironment(new CommEnvironment);
+  ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+  listeners.Append(new Banner);
+  if (const char* dir = std::getenv("HVD_CONFORMANCE_REPORT"))
+    listeners.Append(new CaseReport(dir));
   return RUN_ALL_TESTS();
 }

@@ -9,6 +9,8 @@
  *   HVD_TEST_ABI2       exports hvd_backend_entry_v2 (a future major) instead of _v1
  *   HVD_TEST_NO_ENTRY   exports an unrelated symbol only
  *   HVD_TEST_WRONG_SUM  allreduce leaves out the last rank's data: wrong answers, no error
+ *   HVD_TEST_IGNORE_TIMEOUT  waits ten times the timeout it was given (until aborted)
+ *   HVD_TEST_EXTRA_EXPORT    exports a helper besides the entry (built without the version script)
  *   HVD_TEST_DEVICE_ONLY declares CUDA memory only, as NCCL does (a backend that needs a
  *                       host-memory controller for the scheduler's negotiation)
  *   HVD_TEST_DTYPES, HVD_TEST_REDUCE_OPS
@@ -168,7 +170,12 @@ static hvd_status gather_all(struct hvd_backend_comm* c, const void* mine, size_
                              char** all) {
   *all = (char*)malloc(bytes * (size_t)c->size + 1);
   if (*all == NULL) return fail(c, HVD_ERR_SYSTEM, "kvs: out of memory");
-  const hvd_status s = c->host->oob_allgather(c->host->ctx, mine, bytes, *all, c->timeout_ms);
+#ifdef HVD_TEST_IGNORE_TIMEOUT
+  const int64_t timeout_ms = 10 * c->timeout_ms;
+#else
+  const int64_t timeout_ms = c->timeout_ms;
+#endif
+  const hvd_status s = c->host->oob_allgather(c->host->ctx, mine, bytes, *all, timeout_ms);
   if (s != HVD_SUCCESS) {
     free(*all);
     *all = NULL;
@@ -347,4 +354,7 @@ HVD_PLUGIN_EXPORT const hvd_backend_v1* hvd_backend_entry_v2(void) { return &kvs
 HVD_PLUGIN_EXPORT const hvd_backend_v1* some_other_entry(void) { return &kvs_table; }
 #else
 HVD_PLUGIN_EXPORT const hvd_backend_v1* hvd_backend_entry_v1(void) { return &kvs_table; }
+#endif
+#ifdef HVD_TEST_EXTRA_EXPORT
+HVD_PLUGIN_EXPORT int kvs_helper_that_should_be_hidden(void) { return 1; }
 #endif

@@ -274,7 +274,8 @@ Status Communicator::init_backend() {
   }
   hvd_backend_comm* backend = nullptr;
   begin_backend_call();
-  const hvd_status code = plugin_.table->init(&args, &backend);
+  const hvd_status code =
+      guarded(plugin_.name, "init", [&] { return plugin_.table->init(&args, &backend); });
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
     in_call_ = false;
@@ -297,9 +298,10 @@ Status Communicator::finalize_backend() {
   // aborted under its own finalize; so a finalize that overruns is walked away from.
   const hvd_backend_v1* table = plugin_.table;
   const std::optional<Runner::Outcome> outcome = runner_.run(
-      [table, backend] {
+      [table, backend, name = plugin_.name] {
         begin_backend_call();
-        return Runner::Outcome::of(table->finalize(backend));
+        return Runner::Outcome::of(
+            guarded(name, "finalize", [&] { return table->finalize(backend); }));
       },
       Clock::now() + timeout_ + kMargin, /*interruptible=*/false);
   if (!outcome) {
@@ -653,7 +655,8 @@ Status Communicator::call_split(const hvd_backend_init_args* args, hvd_backend_c
     overran_ = false;
   }
   begin_backend_call();
-  const hvd_status code = plugin_.split(backend_, args, child);
+  const hvd_status code =
+      guarded(plugin_.name, "split", [&] { return plugin_.split(backend_, args, child); });
   bool overran = false;
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
@@ -741,7 +744,7 @@ void Communicator::abort_backend() {
   if (backend_aborted_ || backend_ == nullptr || plugin_.abort == nullptr) return;
   backend_aborted_ = true;
   begin_backend_call();
-  const hvd_status code = plugin_.abort(backend_);
+  const hvd_status code = guarded(plugin_.name, "abort", [&] { return plugin_.abort(backend_); });
   if (code != HVD_SUCCESS) {
     log(HVD_LOG_WARNING,
         "abort on backend '" + plugin_.name + "' failed: " + backend_call_message(code));
@@ -770,21 +773,26 @@ namespace {
 
 hvd_status invoke(const Plugin& plugin, hvd_backend_comm* backend, int entry,
                   const hvd_collective_args* args) {
-  const hvd_backend_v1* table = plugin.table;
-  switch (entry) {
-    case 0:
-      return table->allreduce(backend, args);
-    case 1:
-      return table->allgather(backend, args);
-    case 2:
-      return table->broadcast(backend, args);
-    case 4:
-      return table->reduce_scatter(backend, args);
-    case 5:
-      return plugin.alltoall(backend, args);
-    default:
-      return table->barrier(backend);
-  }
+  static const char* const names[] = {"allreduce", "allgather",      "broadcast",
+                                      "barrier",   "reduce_scatter", "alltoall"};
+  const char* name = entry >= 0 && entry <= 5 ? names[entry] : "barrier";
+  return guarded(plugin.name, name, [&] {
+    const hvd_backend_v1* table = plugin.table;
+    switch (entry) {
+      case 0:
+        return table->allreduce(backend, args);
+      case 1:
+        return table->allgather(backend, args);
+      case 2:
+        return table->broadcast(backend, args);
+      case 4:
+        return table->reduce_scatter(backend, args);
+      case 5:
+        return plugin.alltoall(backend, args);
+      default:
+        return table->barrier(backend);
+    }
+  });
 }
 
 uint64_t sum(const uint64_t* counts, int n) {

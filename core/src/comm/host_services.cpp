@@ -170,6 +170,18 @@ void begin_backend_call() {
   }
 }
 
+hvd_status entry_threw(const std::string& backend, const char* entry, const char* what) noexcept {
+  try {
+    t_call_errors.plugin = "backend '" + backend + "' let a C++ exception out of its " + entry +
+                           " entry (" + what +
+                           "): entries must return a status (the SDK's HVD_BACKEND_PLUGIN "
+                           "catches exceptions for you)";
+    t_call_errors_set = true;
+  } catch (...) {
+  }
+  return HVD_ERR_INTERNAL;
+}
+
 std::string backend_call_message(hvd_status code) {
   const CallErrors& errors = t_call_errors;
   std::string message = errors.plugin;

@@ -49,6 +49,22 @@ void begin_backend_call();
 // it gave none, with a failed host service's own message appended.
 std::string backend_call_message(hvd_status code);
 
+// A C++ exception a hand-written table let out of `entry` (the C ABI forbids it): recorded as the
+// call's message, naming the backend and the entry, and HVD_ERR_INTERNAL returned.
+hvd_status entry_threw(const std::string& backend, const char* entry, const char* what) noexcept;
+
+// Runs one call into a plugin's table; see entry_threw.
+template <typename Call>
+hvd_status guarded(const std::string& backend, const char* entry, Call&& call) noexcept {
+  try {
+    return call();
+  } catch (const std::exception& e) {
+    return entry_threw(backend, entry, e.what());
+  } catch (...) {
+    return entry_threw(backend, entry, "an exception that is not a std::exception");
+  }
+}
+
 }  // namespace hvd::core
 
 #endif  // HVD_CORE_COMM_HOST_SERVICES_HPP

@@ -1,5 +1,7 @@
 #include "loader/plugin_loader.hpp"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <boost/dll/library_info.hpp>
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -39,6 +41,26 @@ std::vector<std::string> entry_symbols_in(const fs::path& file) {
     // Not an ELF file we can read: the caller reports the load error instead.
   }
   return found;
+}
+
+// Why a file lacks the entry symbol, where its symbols tell: a C++ compiler's mangled name for
+// it (a definition without extern "C"), or a definition hidden by -fvisibility=hidden.
+std::string missing_entry_hint(const fs::path& file) {
+  try {
+    boost::dll::library_info info(file);
+    for (const std::string& symbol : info.symbols()) {
+      if (symbol != HVD_BACKEND_ENTRY_SYMBOL &&
+          symbol.find(HVD_BACKEND_ENTRY_SYMBOL) != std::string::npos) {
+        return " (it exports " + symbol +
+               ", a C++ name: define the entry inside extern \"C\" { }, as the SDK's "
+               "HVD_BACKEND_PLUGIN does)";
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  return " (define `extern \"C\" HVD_PLUGIN_EXPORT const hvd_backend_v1* " HVD_BACKEND_ENTRY_SYMBOL
+         "(void)`, or use the SDK's HVD_BACKEND_PLUGIN; with -fvisibility=hidden the entry "
+         "needs HVD_PLUGIN_EXPORT)";
 }
 
 Status validate_table(const fs::path& file, const hvd_backend_v1* t) {
@@ -133,10 +155,15 @@ Result<Plugin> load_plugin(const fs::path& file) {
   auto it = reg.libraries.find(canonical);
   if (it == reg.libraries.end()) {
     boost::dll::shared_library library;
-    try {
-      library.load(canonical, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
-    } catch (const std::exception& e) {
-      return plugin_error(file, std::string("cannot be loaded as a shared library: ") + e.what());
+    // Boost.DLL's exception text wraps dlerror() in its own words and an errno that means
+    // nothing here (": Bad file descriptor"): dlerror() says it all.
+    boost::dll::fs::error_code load_error;
+    library.load(canonical, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local,
+                 load_error);
+    if (load_error) {
+      const char* why = ::dlerror();
+      return plugin_error(file, std::string("cannot be loaded as a shared library: ") +
+                                    (why != nullptr ? why : load_error.message()));
     }
     it = reg.libraries.emplace(canonical, std::move(library)).first;
   }
@@ -152,7 +179,8 @@ Result<Plugin> load_plugin(const fs::path& file) {
                                     ": rebuild the plugin against this hvd's SDK");
     }
     return plugin_error(file, "not an hvd backend plugin: it does not export " +
-                                  std::string(HVD_BACKEND_ENTRY_SYMBOL));
+                                  std::string(HVD_BACKEND_ENTRY_SYMBOL) +
+                                  missing_entry_hint(canonical));
   }
   const auto entry = library.get<const hvd_backend_v1*()>(HVD_BACKEND_ENTRY_SYMBOL);
   HVD_ASSIGN_OR_RETURN(Plugin plugin, plugin_from_table(file, entry()));
@@ -180,6 +208,20 @@ Result<Plugin> plugin_from_table(const fs::path& file, const hvd_backend_v1* tab
   if (HVD_HAS_FIELD(table, hvd_backend_v1, split)) plugin.split = table->split;
   if (HVD_HAS_FIELD(table, hvd_backend_v1, abort)) plugin.abort = table->abort;
   if (HVD_HAS_FIELD(table, hvd_backend_v1, alltoall)) plugin.alltoall = table->alltoall;
+  return plugin;
+}
+
+Result<Plugin> load_plugin_by_name(const fs::path& file) {
+  HVD_ASSIGN_OR_RETURN(Plugin plugin, load_plugin(file));
+  const std::string expected = backend_name_of(file);
+  if (plugin.name != expected) {
+    return plugin_error(file, "its table says it is backend '" + plugin.name +
+                                  "', but by the naming rule this file is backend '" + expected +
+                                  "': HVD_BACKEND=" + expected +
+                                  " finds it and refuses it. Name the file " +
+                                  plugin_file_name(plugin.name) + ", or give the table the name '" +
+                                  expected + "'");
+  }
   return plugin;
 }
 
@@ -218,7 +260,7 @@ std::string backend_name_of(const fs::path& file) {
 PluginScan scan_plugins(const std::vector<fs::path>& dirs) {
   PluginScan scan;
   for (const fs::path& file : find_plugin_files(dirs)) {
-    Result<Plugin> plugin = load_plugin(file);
+    Result<Plugin> plugin = load_plugin_by_name(file);
     if (plugin.ok()) {
       scan.plugins.push_back(std::move(plugin).value());
     } else {
@@ -233,7 +275,7 @@ Result<Plugin> resolve_backend(const std::string& spec, const std::vector<fs::pa
   const std::string file = plugin_file_name(spec);
   for (const fs::path& dir : dirs) {
     std::error_code ec;
-    if (fs::exists(dir / file, ec)) return load_plugin(dir / file);
+    if (fs::exists(dir / file, ec)) return load_plugin_by_name(dir / file);
   }
   // Named by their files, not loaded (see plugin_loader.hpp).
   std::string available;

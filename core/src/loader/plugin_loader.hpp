@@ -1,6 +1,7 @@
 // plugin_loader.hpp — finding and loading backend plugins (Boost.DLL).
 //
-// Naming rule: backend <name> is the file libhvd-backend-<name>.so. Search path: each directory
+// Naming rule: backend <name> is the file libhvd-backend-<name>.so, whose table says <name>
+// (a plugin given by path may call itself anything). Search path: each directory
 // of HVD_PLUGIN_PATH (colon-separated), then the install location relative to libhvd
 // (<libdir>/hvd). A loaded library is never unloaded: it stays in a process-lifetime registry,
 // so no table or function pointer taken from it can dangle.
@@ -77,6 +78,11 @@ Result<Plugin> plugin_from_table(const fs::path& file, const hvd_backend_v1* tab
 // Load one file and validate its table. Errors: HVD_ERR_PLUGIN with the reason (not loadable,
 // no entry symbol, ABI major mismatch naming both versions, malformed table).
 Result<Plugin> load_plugin(const fs::path& file);
+
+// load_plugin for a file found by the naming rule: its table must say the name of its file
+// (libhvd-backend-gloo.so says "gloo"), else HVD_ERR_PLUGIN saying both. A plugin given by path
+// (load_plugin) may call itself anything.
+Result<Plugin> load_plugin_by_name(const fs::path& file);
 
 // Every libhvd-backend-*.so in `dirs`, in search order and by name within a directory; a file
 // name already found in an earlier directory is shadowed and left out. Nothing is loaded.
