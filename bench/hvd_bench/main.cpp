@@ -46,13 +46,24 @@ Status reduce_over_ranks(Comm& comm, double* values, uint64_t n, hvd_reduce_op o
   return comm.allreduce(values, values, n, op);
 }
 
+// The narrowest dtype the backend declares: what bytes travel as (a plugin may take no uint8).
+hvd_dtype byte_dtype(Comm& comm) {
+  const uint64_t declared = hvd_backend_dtypes(comm.get());
+  for (hvd_dtype d : {HVD_UINT8, HVD_INT8, HVD_FLOAT16, HVD_BFLOAT16, HVD_INT32, HVD_FLOAT32,
+                      HVD_INT64, HVD_FLOAT64}) {
+    if ((declared & HVD_DTYPE_BIT(d)) != 0) return d;
+  }
+  return HVD_UINT8;
+}
+
 // Every rank's host name, distinct, in rank order.
 Result<std::vector<std::string>> host_names(Comm& comm) {
-  constexpr size_t kRecord = 256;
+  constexpr size_t kRecord = 256;  // a multiple of every dtype's size
   char mine[kRecord] = {};
   ::gethostname(mine, kRecord - 1);
   std::vector<char> all(kRecord * static_cast<size_t>(comm.size()));
-  HVD_RETURN_IF_ERROR(comm.allgather(mine, all.data(), kRecord, HVD_UINT8));
+  const hvd_dtype dtype = byte_dtype(comm);
+  HVD_RETURN_IF_ERROR(comm.allgather(mine, all.data(), kRecord / hvd_dtype_size(dtype), dtype));
   std::vector<std::string> hosts;
   for (int r = 0; r < comm.size(); ++r) {
     std::string h(all.data() + kRecord * static_cast<size_t>(r));

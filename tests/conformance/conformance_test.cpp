@@ -1280,7 +1280,7 @@ TEST(CudaMemory, StagedThroughHostMemoryEveryCollectiveIsExact) {
 #endif
 }
 
-// A peer that never calls: the backend itself must return HVD_ERR_TIMEOUT within HVD_TIMEOUT.
+// A peer that never calls: the backend itself must end the call within HVD_TIMEOUT.
 // The host's watchdog aborts a call that runs past HVD_TIMEOUT + 1 s and reports it in its own
 // words; a call that ended that way is a plugin that ignores its timeout. On a communicator of
 // its own with a 2 s timeout (the job's keeps its own), the last rank calling nothing.
@@ -1314,8 +1314,11 @@ TEST(Timeouts, APeerThatNeverCallsIsTheBackendsOwnTimeout) {
                     << " s (HVD_TIMEOUT 2 s + 1 s): backend '" << comm.backend()
                     << "' does not honour its timeout (" << s.to_string() << ")";
     } else if (!s.ok()) {
-      EXPECT_EQ(s.code(), HVD_ERR_TIMEOUT)
-          << "a peer that never called should be HVD_ERR_TIMEOUT, not " << s.to_string();
+      // The first to time out may tell the others, who then fail as a peer's failure.
+      EXPECT_TRUE(s.code() == HVD_ERR_TIMEOUT || s.code() == HVD_ERR_REMOTE)
+          << "a peer that never called should be HVD_ERR_TIMEOUT (or HVD_ERR_REMOTE, a peer "
+             "that timed out first), not "
+          << s.to_string();
     }
   }
   (void)comm.finalize();  // the others' communicator is broken: finalize reports that

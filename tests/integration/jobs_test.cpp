@@ -20,6 +20,9 @@ using hvd::testing::run;
 const std::string kHvdrun = HVD_HVDRUN;
 const std::string kProbe = HVD_PROBE;
 const std::string kTestPlugins = HVD_TEST_PLUGIN_DIR;
+const std::string kFlawedPlugins = HVD_FLAWED_PLUGIN_DIR;
+const std::string kPluginCheck = HVD_PLUGIN_CHECK;
+const std::string kHello = HVD_HELLO;
 const std::string kMpirun = std::string(HVD_MPIEXEC) + " --allow-run-as-root --oversubscribe";
 
 #define REQUIRE_MPI() \
@@ -366,3 +369,136 @@ TEST(Agreement, AnUnknownBackendIsAnErrorEvenWithACrashingPluginOnThePath) {
 }
 
 }  // namespace
+
+// ---- hvd-plugin-check, and the rules it enforces where the host meets them ------------------
+
+namespace plugin_check {
+
+std::string plugin(const std::string& dir, const std::string& name) {
+  return dir + "/libhvd-backend-" + name + ".so";
+}
+
+// The line of `report` that names `name`, and the reason lines after it.
+std::string case_lines(const std::string& report, const std::string& name) {
+  const size_t at = report.find(name);
+  if (at == std::string::npos) return "";
+  const size_t begin = report.rfind('\n', at) + 1;
+  size_t end = report.find('\n', at);
+  while (end != std::string::npos && report.compare(end + 1, 8, "        ") == 0) {
+    end = report.find('\n', end + 1);
+  }
+  return report.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+}  // namespace plugin_check
+
+TEST(PluginCheck, APluginMissingDtypesItDidNotDeclarePassesWithSkips) {
+  Job r = run(kPluginCheck + " " + plugin_check::plugin(kTestPlugins, "kvsmin") +
+              " -np 1,2 --max-count 1023");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "The plugin passes.")) << r.output;
+  const std::string uint8 = plugin_check::case_lines(
+      r.output, "AllDtypesAndOps/Allreduce.ExactAtEverySize/uint8_sum_outofplace");
+  EXPECT_TRUE(has(uint8, "skip skip")) << uint8;
+  EXPECT_TRUE(has(uint8, "backend 'kvsmin' does not declare uint8")) << uint8;
+  const std::string int32 = plugin_check::case_lines(
+      r.output, "AllDtypesAndOps/Allreduce.ExactAtEverySize/int32_sum_outofplace");
+  EXPECT_TRUE(has(int32, "pass pass")) << int32;
+  EXPECT_TRUE(has(plugin_check::case_lines(r.output, "Timeouts."), "pass")) << r.output;
+}
+
+TEST(PluginCheck, APluginReturningWrongSumsFailsNamingTheCase) {
+  Job r = run(kPluginCheck + " " + plugin_check::plugin(kTestPlugins, "wrongsum") +
+              " -np 2 --max-count 7 --filter 'AllDtypesAndOps/Allreduce.ExactAtEverySize/int32_*'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const std::string line = plugin_check::case_lines(
+      r.output, "AllDtypesAndOps/Allreduce.ExactAtEverySize/int32_sum_outofplace");
+  EXPECT_TRUE(has(line, "FAIL")) << r.output;
+  EXPECT_TRUE(has(line, "np2: rank 0: ")) << line;
+  EXPECT_TRUE(has(r.output, "The plugin FAILS.")) << r.output;
+}
+
+TEST(PluginCheck, APluginThatIgnoresTheTimeoutFailsTheTimeoutCase) {
+  Job r = run(kPluginCheck + " " + plugin_check::plugin(kFlawedPlugins, "ignoretimeout") +
+              " -np 2 --filter 'Timeouts.*'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const std::string line =
+      plugin_check::case_lines(r.output, "Timeouts.APeerThatNeverCallsIsTheBackendsOwnTimeout");
+  EXPECT_TRUE(has(line, "FAIL")) << r.output;
+  EXPECT_TRUE(has(line, "the host's watchdog had to end the call")) << line;
+  EXPECT_TRUE(has(line, "backend 'ignoretimeout' does not honour its timeout")) << line;
+}
+
+TEST(PluginCheck, APluginExportingMoreThanItsEntryFailsTheStaticRule) {
+  Job r = run(kPluginCheck + " " + plugin_check::plugin(kFlawedPlugins, "extraexport") +
+              " -np 1 --filter 'Barrier.*'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const std::string line = plugin_check::case_lines(r.output, "static.ExportsTheEntrySymbolOnly");
+  EXPECT_TRUE(has(line, "FAIL")) << r.output;
+  EXPECT_TRUE(has(line, "it also exports kvs_helper_that_should_be_hidden")) << line;
+  EXPECT_TRUE(has(plugin_check::case_lines(r.output, "Barrier.CompletesRepeatedly"), "pass"))
+      << r.output;
+}
+
+TEST(PluginCheck, APluginNamedOtherwiseThanItsFileFailsTheStaticRule) {
+  Job r = run(kPluginCheck + " " + plugin_check::plugin(kFlawedPlugins, "misnamed") +
+              " -np 1 --filter 'Barrier.*'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const std::string line = plugin_check::case_lines(r.output, "static.NameIsTheFilesName");
+  EXPECT_TRUE(has(line, "FAIL")) << r.output;
+  EXPECT_TRUE(has(line, "its table says 'othername'")) << line;
+}
+
+TEST(PluginCheck, BadUsageSaysWhatIsWrong) {
+  Job r = run(kPluginCheck + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "which plugin?")) << r.output;
+  r = run(kPluginCheck + " /nonexistent/libhvd-backend-x.so 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "/nonexistent/libhvd-backend-x.so: no such file")) << r.output;
+  r = run(kPluginCheck + " x.so -np 0 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "-np takes rank counts")) << r.output;
+}
+
+// The naming rule where names are looked up: HVD_BACKEND=<name> refuses a file whose table says
+// another name (saying both), a path takes it, and hvd-info lists it as failed.
+TEST(NameRule, ABackendFoundByNameMustSayTheNameOfItsFile) {
+  Job r = run("HVD_PLUGIN_PATH=" + kFlawedPlugins + " HVD_BACKEND=misnamed " + kHello + " 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output,
+                  "its table says it is backend 'othername', but by the naming rule "
+                  "this file is backend 'misnamed'"))
+      << r.output;
+  r = run("HVD_BACKEND=" + plugin_check::plugin(kFlawedPlugins, "misnamed") + " " + kHello +
+          " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = run("HVD_PLUGIN_PATH=" + kFlawedPlugins + " " + kHvdInfo);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_FALSE(std::regex_search(r.output, std::regex("\n  othername +[0-9]"))) << r.output;
+  EXPECT_TRUE(has(r.output,
+                  "libhvd-backend-misnamed.so: its table says it is backend "
+                  "'othername'"))
+      << r.output;
+}
+
+TEST(PluginErrors, AnExceptionOutOfAHandWrittenTableNamesTheBackendAndTheEntry) {
+  Job r = run("HVD_BACKEND=" + plugin_check::plugin(kFlawedPlugins, "throwing") + " " + kHello +
+              " 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output,
+                  "backend 'throwing' let a C++ exception out of its allreduce entry "
+                  "(boom)"))
+      << r.output;
+}
+
+TEST(PluginErrors, ALoadErrorIsTheDynamicLoadersWordsAlone) {
+  Job r =
+      run("HVD_BACKEND=" + plugin_check::plugin(kTestPlugins, "garbage") + " " + kHello + " 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "cannot be loaded as a shared library: ")) << r.output;
+  EXPECT_TRUE(has(r.output, "file too short")) << r.output;
+  EXPECT_FALSE(has(r.output, "Bad file descriptor")) << r.output;
+  r = run("HVD_BACKEND=" + plugin_check::plugin(kTestPlugins, "noentry") + " " + kHello + " 2>&1");
+  EXPECT_TRUE(has(r.output, "define `extern \"C\" HVD_PLUGIN_EXPORT")) << r.output;
+}

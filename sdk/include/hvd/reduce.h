@@ -226,11 +226,19 @@ __attribute__((target("avx2"), unused)) static uint64_t hvd__bfloat16_simd(
   return i;
 }
 
+/* clang before 16 does not know "f16c" in __builtin_cpu_supports (a compile error): there the
+ * float16 kernel waits for AVX2, which every CPU with AVX2 pairs with F16C. */
+#if defined(__clang__) && __clang_major__ < 16
+#define HVD__CPU_HAS(feature) __builtin_cpu_supports("avx2")
+#else
+#define HVD__CPU_HAS(feature) __builtin_cpu_supports(feature)
+#endif
+
 /* Run a SIMD kernel over the head of the arrays (when the CPU has `feature`), then leave the
  * tail to the scalar loop by advancing out/a/b and shrinking count. */
 #define HVD__SIMD_HEAD(feature, kernel)                                              \
   do {                                                                               \
-    if (op >= HVD_SUM && op <= HVD_PRODUCT && __builtin_cpu_supports(feature)) {     \
+    if (op >= HVD_SUM && op <= HVD_PRODUCT && HVD__CPU_HAS(feature)) {               \
       const uint64_t done_ =                                                         \
           kernel((uint16_t*)out, (const uint16_t*)a, (const uint16_t*)b, count, op); \
       out = (uint16_t*)out + done_;                                                  \

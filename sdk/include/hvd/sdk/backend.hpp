@@ -42,6 +42,7 @@ namespace hvd::sdk {
 // The host-services table with C++ signatures. Cheap to copy; valid until finalize.
 class Host {
  public:
+  Host() = default;
   explicit Host(const hvd_host_services* services) : services_(services) {}
 
   Status kv_set(const std::string& key, const void* value, size_t size) const {
@@ -81,7 +82,7 @@ class Host {
     return code == HVD_SUCCESS ? Status::success() : Status(code, what + " failed");
   }
 
-  const hvd_host_services* services_;
+  const hvd_host_services* services_ = nullptr;
 };
 
 // Everything a backend learns when a communicator is made (hvd_backend_init_args, with the 1.1
@@ -101,13 +102,14 @@ struct InitContext {
 
   // The context of `args`, read by its struct_size.
   static InitContext from(const hvd_backend_init_args& args) {
-    InitContext c{args.rank,
-                  args.size,
-                  args.local_rank,
-                  args.local_size,
-                  std::chrono::milliseconds(args.timeout_ms),
-                  args.local_address != nullptr ? args.local_address : "",
-                  Host(args.host)};
+    InitContext c{};
+    c.rank = args.rank;
+    c.size = args.size;
+    c.local_rank = args.local_rank;
+    c.local_size = args.local_size;
+    c.timeout = std::chrono::milliseconds(args.timeout_ms);
+    c.local_address = args.local_address != nullptr ? args.local_address : "";
+    c.host = Host(args.host);
     if (HVD_HAS_FIELD(&args, hvd_backend_init_args, member_count) && args.members != nullptr) {
       c.members.assign(args.members, args.members + args.member_count);
     } else {
