@@ -394,7 +394,7 @@ std::string case_lines(const std::string& report, const std::string& name) {
 
 TEST(PluginCheck, APluginMissingDtypesItDidNotDeclarePassesWithSkips) {
   Job r = run(kPluginCheck + " " + plugin_check::plugin(kTestPlugins, "kvsmin") +
-              " -np 1,2 --max-count 1023");
+              " -np 1,2 --max-count 1023 --filter 'AllDtypesAndOps/Allreduce.*:Timeouts.*'");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "The plugin passes.")) << r.output;
   const std::string uint8 = plugin_check::case_lines(

@@ -1,8 +1,8 @@
 /* shmc: a real multi-rank hvd backend in C, moving data through POSIX shared memory.
  *
  * It serves communicators whose ranks all run on one host. At init, rank 0 creates a shared
- * memory segment, the others map it, and the name is unlinked at once: from then on the
- * segment lives exactly as long as some rank maps it, so a crash leaves nothing behind. The
+ * memory segment, the others map it, and rank 0 unlinks its name as soon as all have: from then
+ * on the segment lives exactly as long as some rank maps it, so a crash leaves nothing behind. The
  * segment holds a header, one cache line of barrier state per rank, and one fixed slot per rank.
  * Every collective runs in chunks of at most one slot:
  *

@@ -83,7 +83,7 @@ typedef struct hvd_backend_init_args {
                          (abi_minor 0) gets member_local_rank here: to it, its communicator is
                          the job */
   int32_t local_size; /* the job's processes on this host (a 1.0 plugin: member_local_size) */
-  int64_t timeout_ms; /* bound every wait by this (HVD_TIMEOUT) */
+  int64_t timeout_ms; /* bound each call by this, from its start (HVD_TIMEOUT) */
   const char* local_address;     /* this host's address as its peers can reach it; "" if unknown */
   const hvd_host_services* host; /* this communicator's own services (its own key namespace) */
 
