@@ -6,16 +6,18 @@
 //                    [--filter GTEST_FILTER]
 //
 // The static rules are checked without running the plugin in this process: its table is read in
-// a child process (plugin_probe.hpp), its exported symbols from the file (Boost.DLL's
-// library_info). The suite (<libexec>/hvd/hvd-conformance, the build tree has the same layout)
-// runs under hvdrun, beside this program, each rank writing one line per case
+// a child process (plugin_probe.hpp), its exported symbols from the file's dynamic symbol table
+// (exported_symbols, plugin_loader.hpp). The suite (<libexec>/hvd/hvd-conformance, the build tree
+// has the same layout) runs under hvdrun, beside this program, each rank writing one line per case
 // (HVD_CONFORMANCE_REPORT); a case fails when it fails on any rank.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/dll/runtime_symbol_info.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,9 +29,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-// After <vector>: Boost 1.74's library_info uses std::vector without including it.
-#include <boost/dll/library_info.hpp>
-#include <boost/dll/runtime_symbol_info.hpp>
 
 #include "hvd/backend.h"
 #include "loader/plugin_loader.hpp"
@@ -95,7 +94,8 @@ Options parse(int argc, char** argv) {
       for (std::string n; std::getline(list, n, ',');) {
         const auto count = positive(n);
         if (!count) usage("-np takes rank counts such as 1,2,3,4, not '" + n + "'");
-        o.rank_counts.push_back(*count);
+        if (std::find(o.rank_counts.begin(), o.rank_counts.end(), *count) == o.rank_counts.end())
+          o.rank_counts.push_back(*count);
       }
       if (o.rank_counts.empty()) usage("-np takes at least one rank count");
     } else if (arg == "--timeout") {
@@ -104,9 +104,10 @@ Options parse(int argc, char** argv) {
       o.timeout_s = *t;
     } else if (arg == "--max-count") {
       o.max_count = value();
-      if (!positive(o.max_count) &&
-          o.max_count.find_first_not_of("0123456789") != std::string::npos)
-        usage("--max-count takes an element count");
+      if (o.max_count.empty() || o.max_count.size() > 12 ||
+          o.max_count.find_first_not_of("0123456789") != std::string::npos ||
+          std::strtoull(o.max_count.c_str(), nullptr, 10) == 0)
+        usage("--max-count takes an element count of at least 1");
     } else if (arg == "--filter") {
       o.filter = value();
     } else if (!arg.empty() && arg[0] == '-') {
@@ -128,8 +129,10 @@ struct StaticCase {
   Verdict verdict;
 };
 
+// The size of a table of ABI 1.<minor>, for the minors this hvd knows.
 size_t table_size_of_minor(unsigned minor) {
-  return minor == 0 ? HVD_BACKEND_V1_SIZE_1_0 : sizeof(hvd_backend_v1);
+  static_assert(HVD_BACKEND_ABI_MINOR == 1, "add the new minor's table size here");
+  return minor == 0 ? HVD_BACKEND_V1_SIZE_1_0 : HVD_BACKEND_V1_SIZE_1_1;
 }
 
 std::vector<StaticCase> static_rules(const fs::path& file,
@@ -139,14 +142,16 @@ std::vector<StaticCase> static_rules(const fs::path& file,
                    probed.ok() ? Verdict{} : Verdict{Outcome::kFail, probed.status().message()}});
 
   Verdict exports;
-  try {
-    boost::dll::library_info info(file);
+  const auto symbols = exported_symbols(file);
+  if (!symbols.ok()) {
+    exports = {Outcome::kFail, "its symbols cannot be read: " + symbols.status().message()};
+  } else {
     std::vector<std::string> extra;
     bool entry = false;
-    for (const std::string& symbol : info.symbols()) {
+    for (const std::string& symbol : *symbols) {
       if (symbol == HVD_BACKEND_ENTRY_SYMBOL) {
         entry = true;
-      } else if (!symbol.empty()) {
+      } else {
         extra.push_back(symbol);
       }
     }
@@ -162,8 +167,6 @@ std::vector<StaticCase> static_rules(const fs::path& file,
              "never collide";
     }
     if (!why.empty()) exports = {Outcome::kFail, why};
-  } catch (const std::exception& e) {
-    exports = {Outcome::kFail, std::string("its symbols cannot be read: ") + e.what()};
   }
   cases.push_back({"static.ExportsTheEntrySymbolOnly", exports});
 
@@ -179,7 +182,11 @@ std::vector<StaticCase> static_rules(const fs::path& file,
       p.abi.substr(p.abi.find('.') == std::string::npos ? 0 : p.abi.find('.') + 1).c_str(), nullptr,
       10));
   const size_t actual = std::strtoull(p.struct_size.c_str(), nullptr, 10);
-  if (minor <= HVD_BACKEND_ABI_MINOR && actual != table_size_of_minor(minor)) {
+  if (minor > HVD_BACKEND_ABI_MINOR && actual < sizeof(hvd_backend_v1)) {
+    size = {Outcome::kFail, "its table says ABI " + p.abi + ", later than this hvd's, but its " +
+                                "struct_size " + p.struct_size + " is less than this hvd's " +
+                                std::to_string(sizeof(hvd_backend_v1)) + " bytes"};
+  } else if (minor <= HVD_BACKEND_ABI_MINOR && actual != table_size_of_minor(minor)) {
     size = {Outcome::kFail, "its table says ABI " + p.abi + " and struct_size " + p.struct_size +
                                 ", but an ABI " + p.abi + " table is " +
                                 std::to_string(table_size_of_minor(minor)) +
@@ -210,20 +217,50 @@ std::string tail_of(const fs::path& log, size_t lines) {
   return out;
 }
 
-// Runs `argv` with stdout and stderr into `log`, in a process group of its own, killed after
-// `limit`. Its wait status, or nullopt when it had to be killed.
+// The signal that asked this program to stop (SIGINT, SIGTERM, SIGHUP), or 0.
+volatile sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Stops the job: hvdrun stops its ranks on SIGTERM (within its grace period of 5 s), and a
+// SIGKILL after that takes the ranks with it (they die with hvdrun: PR_SET_PDEATHSIG).
+void stop_job(pid_t hvdrun) {
+  ::kill(hvdrun, SIGTERM);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int status = 0;
+  while (std::chrono::steady_clock::now() < give_up) {
+    const pid_t done = ::waitpid(hvdrun, &status, WNOHANG);
+    if (done == hvdrun || (done < 0 && errno != EINTR)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(hvdrun, SIGKILL);
+  while (::waitpid(hvdrun, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+// Runs `argv` (hvdrun) with stdout and stderr into `log` and no terminal input, stopped after
+// `limit` or when this program is asked to stop, and ended if this program dies. Its wait
+// status, or nullopt when it had to be stopped.
 std::optional<int> run_job(const std::vector<std::string>& argv, const fs::path& log,
                            const std::vector<std::pair<std::string, std::string>>& env,
                            std::chrono::seconds limit) {
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) return 127 << 8;
   if (child == 0) {
-    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);
+    const int null = ::open("/dev/null", O_RDONLY);
+    if (null >= 0) ::dup2(null, 0);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
+    }
+    // What the caller's environment would change about the run: the suite's own knobs.
+    for (const char* knob : {"GTEST_FILTER", "GTEST_SHARD_INDEX", "GTEST_TOTAL_SHARDS",
+                             "GTEST_OUTPUT", "HVD_CONFORMANCE_MAX_COUNT", "HVD_BACKEND"}) {
+      ::unsetenv(knob);
     }
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> args;
@@ -233,18 +270,14 @@ std::optional<int> run_job(const std::vector<std::string>& argv, const fs::path&
     std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);
   }
-  ::setpgid(child, child);
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (;;) {
     int status = 0;
     const pid_t done = ::waitpid(child, &status, WNOHANG);
     if (done == child) return status;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ::kill(-child, SIGTERM);
-      std::this_thread::sleep_for(std::chrono::seconds(2));
-      ::kill(-child, SIGKILL);
-      while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-      }
+    if (done < 0 && errno != EINTR) return 127 << 8;  // not ours to wait for
+    if (g_stop_signal != 0 || std::chrono::steady_clock::now() >= deadline) {
+      stop_job(child);
       return std::nullopt;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -347,6 +380,11 @@ std::string describe_status(const std::optional<int>& status, int limit_s) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  // A SIGCHLD inherited as ignored would make every child's status unreadable.
+  ::signal(SIGCHLD, SIG_DFL);
+  struct sigaction stop = {};
+  stop.sa_handler = on_stop_signal;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &stop, nullptr);
   std::error_code ec;
   const fs::path plugin = fs::absolute(o.plugin, ec);
   if (!fs::is_regular_file(plugin, ec)) {
@@ -405,8 +443,13 @@ int main(int argc, char** argv) {
   std::string counts_text;
   for (int np : o.rank_counts)
     counts_text += (counts_text.empty() ? "" : ", ") + std::to_string(np);
-  std::printf("\nConformance at %s ranks: %s -np N --backend %s --timeout %d -- %s\n",
-              counts_text.c_str(), hvdrun.c_str(), plugin.c_str(), o.timeout_s, suite.c_str());
+  std::printf(
+      "\nConformance at %s ranks: HVD_CONFORMANCE_TIMEOUT_CASE=1%s %s -np N --backend %s "
+      "--timeout %d -- %s --gtest_brief=1%s\n",
+      counts_text.c_str(),
+      o.max_count.empty() ? "" : (" HVD_CONFORMANCE_MAX_COUNT=" + o.max_count).c_str(),
+      hvdrun.c_str(), plugin.c_str(), o.timeout_s, suite.c_str(),
+      o.filter.empty() ? "" : (" '--gtest_filter=" + o.filter + "'").c_str());
   Table table;
   std::vector<std::string> job_logs;
   for (int np : o.rank_counts) {
@@ -431,6 +474,12 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     const int limit_s = 900 + 4 * o.timeout_s;
     const auto status = run_job(args, log, env, std::chrono::seconds(limit_s));
+    if (g_stop_signal != 0) {
+      std::printf("hvd-plugin-check: stopped by signal %d; the job was stopped\n",
+                  static_cast<int>(g_stop_signal));
+      fs::remove_all(work, ec);
+      return 128 + g_stop_signal;
+    }
     const bool ok = status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
     const bool explained = read_reports(
         reports, np, ok, describe_status(status, limit_s) + "; its output: " + log.string(), table);

@@ -43,6 +43,19 @@ echo "$out"
 grep -q "backend tcpring" <<<"$out" || fail "the app over the pkg-config build of tcpring"
 echo "ok: the C++ example with pkg-config"
 
+# The package's version is the backend ABI's, and its rule the ABI's promise.
+mkdir version-rule
+for request in "" 1.0 1.1 "1.0...2.0" 1.2 0.1 2.0 "1.0...<1.1"; do
+  printf 'cmake_minimum_required(VERSION 3.22)\nproject(v LANGUAGES C)\nfind_package(hvd %s QUIET)\nmessage(STATUS "found=${hvd_FOUND}")\n' \
+    "$request" > version-rule/CMakeLists.txt
+  found=$(cmake -S version-rule -B version-rule/build -DCMAKE_PREFIX_PATH="$HVD_PREFIX" | sed -n 's/.*found=//p')
+  rm -rf version-rule/build
+  case "$request" in ""|1.0|1.1|1.0...2.0) want=1 ;; *) want=0 ;; esac
+  [ "$found" = "$want" ] || fail "find_package(hvd $request) found=$found, not $want"
+done
+pkg-config --atleast-version=1.1 hvd-sdk || fail "hvd-sdk.pc is not at ABI 1.1"
+echo "ok: find_package(hvd X.Y) follows the ABI's promise"
+
 for example in shm_c tcp_ring single_backend; do
   CC=clang CXX=clang++ cmake -S "$HVD_PREFIX/share/hvd/examples/$example" -B "clang-$example" \
       -G Ninja -DCMAKE_PREFIX_PATH="$HVD_PREFIX" -DCMAKE_C_FLAGS="-Wall -Wextra -Werror" \

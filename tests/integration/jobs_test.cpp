@@ -404,7 +404,8 @@ TEST(PluginCheck, APluginMissingDtypesItDidNotDeclarePassesWithSkips) {
   const std::string int32 = plugin_check::case_lines(
       r.output, "AllDtypesAndOps/Allreduce.ExactAtEverySize/int32_sum_outofplace");
   EXPECT_TRUE(has(int32, "pass pass")) << int32;
-  EXPECT_TRUE(has(plugin_check::case_lines(r.output, "Timeouts."), "pass")) << r.output;
+  EXPECT_TRUE(has(plugin_check::case_lines(r.output, "  Timeouts.APeerThatNeverCalls"), "pass"))
+      << r.output;
 }
 
 TEST(PluginCheck, APluginReturningWrongSumsFailsNamingTheCase) {
@@ -501,4 +502,19 @@ TEST(PluginErrors, ALoadErrorIsTheDynamicLoadersWordsAlone) {
   EXPECT_FALSE(has(r.output, "Bad file descriptor")) << r.output;
   r = run("HVD_BACKEND=" + plugin_check::plugin(kTestPlugins, "noentry") + " " + kHello + " 2>&1");
   EXPECT_TRUE(has(r.output, "define `extern \"C\" HVD_PLUGIN_EXPORT")) << r.output;
+}
+
+// Stopping hvd-plugin-check (Ctrl-C, a CI timeout) stops the job it runs: hvdrun and every rank.
+TEST(PluginCheck, StoppingItStopsTheJobItRuns) {
+  const std::string script =
+      "dir=$(mktemp -d); cp " + plugin_check::plugin(kTestPlugins, "kvs") +
+      " \"$dir\"/; HVD_TEST_HANG=allreduce " + kPluginCheck +
+      " \"$dir\"/libhvd-backend-kvs.so -np 2 >/dev/null 2>&1 & pid=$!; sleep 3; "
+      "running=$(pgrep -f \"$dir\" | wc -l); kill -TERM $pid; wait $pid; echo \"rc=$?\"; "
+      "sleep 1; echo \"running before=$running after=$(pgrep -f \"$dir\" | wc -l)\"; rm -rf "
+      "\"$dir\"";
+  Job r = run("bash -c '" + std::regex_replace(script, std::regex("'"), "'\\''") + "'");
+  EXPECT_TRUE(has(r.output, "rc=143")) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("running before=[1-9][0-9]* after=0")))
+      << r.output;
 }

@@ -1,12 +1,14 @@
 #include "loader/plugin_loader.hpp"
 
 #include <dlfcn.h>
+#include <elf.h>
 
 #include <algorithm>
-#include <boost/dll/library_info.hpp>
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 #include <cstddef>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -32,13 +34,10 @@ Status plugin_error(const fs::path& file, const std::string& why) {
 // Which hvd_backend_entry_v<N> the file exports, if any: names the ABI a foreign plugin targets.
 std::vector<std::string> entry_symbols_in(const fs::path& file) {
   std::vector<std::string> found;
-  try {
-    boost::dll::library_info info(file);
-    for (const std::string& symbol : info.symbols()) {
+  if (auto symbols = exported_symbols(file); symbols.ok()) {
+    for (const std::string& symbol : *symbols) {
       if (symbol.rfind("hvd_backend_entry_v", 0) == 0) found.push_back(symbol);
     }
-  } catch (const std::exception&) {
-    // Not an ELF file we can read: the caller reports the load error instead.
   }
   return found;
 }
@@ -46,9 +45,8 @@ std::vector<std::string> entry_symbols_in(const fs::path& file) {
 // Why a file lacks the entry symbol, where its symbols tell: a C++ compiler's mangled name for
 // it (a definition without extern "C"), or a definition hidden by -fvisibility=hidden.
 std::string missing_entry_hint(const fs::path& file) {
-  try {
-    boost::dll::library_info info(file);
-    for (const std::string& symbol : info.symbols()) {
+  if (auto symbols = exported_symbols(file); symbols.ok()) {
+    for (const std::string& symbol : *symbols) {
       if (symbol != HVD_BACKEND_ENTRY_SYMBOL &&
           symbol.find(HVD_BACKEND_ENTRY_SYMBOL) != std::string::npos) {
         return " (it exports " + symbol +
@@ -56,7 +54,6 @@ std::string missing_entry_hint(const fs::path& file) {
                "HVD_BACKEND_PLUGIN does)";
       }
     }
-  } catch (const std::exception&) {
   }
   return " (define `extern \"C\" HVD_PLUGIN_EXPORT const hvd_backend_v1* " HVD_BACKEND_ENTRY_SYMBOL
          "(void)`, or use the SDK's HVD_BACKEND_PLUGIN; with -fvisibility=hidden the entry "
@@ -127,6 +124,56 @@ hvd_reduce_op Plugin::any_reduce_op() const {
     if (takes(static_cast<hvd_reduce_op>(op))) return static_cast<hvd_reduce_op>(op);
   }
   return HVD_SUM;  // unreachable: a loaded plugin declares an op this hvd knows
+}
+
+// Boost.DLL's library_info reads .symtab (gone once a library is stripped) through the last
+// string table of the file (usually .shstrtab, not .symtab's own), so it misnames symbols and
+// reads past its buffer; .dynsym, through the string table its sh_link names, is what dlsym sees.
+Result<std::vector<std::string>> exported_symbols(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return plugin_error(file, "cannot be opened");
+  in.seekg(0, std::ios::end);
+  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  auto read_at = [&](uint64_t offset, void* to, uint64_t bytes) {
+    if (offset > file_size || bytes > file_size - offset) return false;
+    in.seekg(static_cast<std::streamoff>(offset));
+    return static_cast<bool>(in.read(static_cast<char*>(to), static_cast<std::streamsize>(bytes)));
+  };
+  Elf64_Ehdr header;
+  if (!read_at(0, &header, sizeof header) || std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
+      header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_shentsize != sizeof(Elf64_Shdr)) {
+    return plugin_error(file, "not a 64-bit ELF file");
+  }
+  std::vector<Elf64_Shdr> sections(header.e_shnum);
+  if (!read_at(header.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr))) {
+    return plugin_error(file, "its section headers lie outside the file");
+  }
+  std::vector<std::string> names;
+  for (const Elf64_Shdr& table : sections) {
+    if (table.sh_type != SHT_DYNSYM) continue;
+    if (table.sh_link >= sections.size() || table.sh_entsize != sizeof(Elf64_Sym)) {
+      return plugin_error(file, "its dynamic symbol table is malformed");
+    }
+    const Elf64_Shdr& strings = sections[table.sh_link];
+    std::vector<Elf64_Sym> symbols(table.sh_size / sizeof(Elf64_Sym));
+    std::vector<char> text(strings.sh_size);
+    if (!read_at(table.sh_offset, symbols.data(), symbols.size() * sizeof(Elf64_Sym)) ||
+        !read_at(strings.sh_offset, text.data(), text.size())) {
+      return plugin_error(file, "its dynamic symbol table lies outside the file");
+    }
+    for (const Elf64_Sym& symbol : symbols) {
+      const unsigned bind = ELF64_ST_BIND(symbol.st_info);
+      const unsigned visibility = ELF64_ST_VISIBILITY(symbol.st_other);
+      if (symbol.st_shndx == SHN_UNDEF || symbol.st_name == 0 || symbol.st_name >= text.size() ||
+          (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE) ||
+          (visibility != STV_DEFAULT && visibility != STV_PROTECTED)) {
+        continue;
+      }
+      const char* name = text.data() + symbol.st_name;
+      names.emplace_back(name, strnlen(name, text.size() - symbol.st_name));
+    }
+  }
+  return names;
 }
 
 std::string plugin_file_name(const std::string& backend) {

@@ -68,6 +68,11 @@ struct PluginScan {
 // The directories searched for plugins, in order.
 std::vector<fs::path> plugin_search_path(const EnvLookup& env);
 
+// The symbols a shared library exports: the defined, global or weak, default- or
+// protected-visibility entries of its dynamic symbol table (.dynsym, what dlsym sees; it
+// survives strip). Errors: HVD_ERR_PLUGIN when the file is not a readable 64-bit ELF file.
+Result<std::vector<std::string>> exported_symbols(const fs::path& file);
+
 // "libhvd-backend-gloo.so" for "gloo".
 std::string plugin_file_name(const std::string& backend);
 

@@ -9,8 +9,10 @@
 // one socket it only sends on and one it only receives on. Every collective is a sequence of
 // steps that send one piece to the right while receiving another from the left.
 //
-// Build out of tree against an installed hvd (CMakeLists.txt beside this file), then run
-//   hvdrun -np 4 --backend ./build/libhvd-backend-tcpring.so -- hvd_conformance_test
+// Build out of tree against an installed hvd (CMakeLists.txt beside this file), then check it
+//   hvd-plugin-check build/libhvd-backend-tcpring.so
+// and run it
+//   hvdrun -np 4 --backend $PWD/build/libhvd-backend-tcpring.so my_app
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -261,13 +263,14 @@ class TcpRingBackend {
         return Status(HVD_ERR_STATE, "aborted while exchanging data with " +
                                          (in_len > 0 ? left_.name : right_.name));
       }
-      if (ready == 0) {
+      // Past the deadline, even with bytes still trickling in: the timeout bounds the call.
+      if (ready == 0 || Clock::now() >= deadline_) {
         // Blame the side we still wait for: a peer that never entered the collective first
         // shows as silence from the left; a full send buffer as a right that takes nothing.
         const bool receiving = in_len > 0;
         return Status(HVD_ERR_TIMEOUT,
-                      std::string(receiving ? "received nothing from " : "could not send to ") +
-                          (receiving ? left_.name : right_.name) + " for " +
+                      std::string(receiving ? "still waiting for " : "could not send to ") +
+                          (receiving ? left_.name : right_.name) + " after " +
                           std::to_string(timeout_.count()) + " ms (" +
                           std::to_string(receiving ? in_len : out_len) +
                           " bytes left): it is stuck, or not in the same collective");
@@ -365,6 +368,12 @@ class TcpRingBackend {
     }
     std::vector<AddressRecord> all(size_);
     HVD_RETURN_IF_ERROR(ctx.host.oob_allgather(&mine, sizeof mine, all.data(), ctx.timeout));
+    // What other processes sent is checked before it is used: a C string must end in the record.
+    for (int r = 0; r < size_; ++r) {
+      if (::strnlen(all[r].text, sizeof all[r].text) == sizeof all[r].text) {
+        return Status(HVD_ERR_REMOTE, "rank " + std::to_string(r) + " sent a malformed address");
+      }
+    }
     // Everyone has arrived, so every listener is up: connecting is a fresh wait of its own.
     deadline_ = Clock::now() + timeout_;
     const int right = wrap(rank_ + 1), left = wrap(rank_ - 1);
@@ -390,9 +399,15 @@ class TcpRingBackend {
         if (errno == ECONNABORTED || errno == EAGAIN || errno == EINTR) continue;
         return system_error("accept");
       }
+      // The neighbour sends its hello as soon as it is connected; a client silent for a few
+      // seconds is a stray, and the neighbour may be waiting in the backlog behind it.
       Hello got;
+      const Clock::time_point call_deadline = deadline_;
+      deadline_ = std::min(call_deadline, Clock::now() + std::chrono::seconds(5));
       const Status s = pump(nullptr, 0, reinterpret_cast<char*>(&got), sizeof got);
-      if (s.code() == HVD_ERR_TIMEOUT || s.code() == HVD_ERR_STATE) return s;
+      deadline_ = call_deadline;
+      if (s.code() == HVD_ERR_STATE) return s;
+      if (s.code() == HVD_ERR_TIMEOUT && Clock::now() >= call_deadline) return s;
       if (s.ok() && got == expected) break;
       ctx.host.log(HVD_LOG_WARNING, "tcpring: refused a stray connection while waiting for " +
                                         left_.name + " of this communicator");

@@ -209,6 +209,7 @@ typedef struct hvd_backend_v1 {
   hvd_status (*alltoall)(hvd_backend_comm* comm, const hvd_collective_args* args);
 } hvd_backend_v1;
 #define HVD_BACKEND_V1_SIZE_1_0 HVD_FIELD_END(hvd_backend_v1, reduce_scatter)
+#define HVD_BACKEND_V1_SIZE_1_1 HVD_FIELD_END(hvd_backend_v1, alltoall)
 
 typedef const hvd_backend_v1* (*hvd_backend_entry_v1_fn)(void);
 
