@@ -518,3 +518,22 @@ TEST(PluginCheck, StoppingItStopsTheJobItRuns) {
   EXPECT_TRUE(std::regex_search(r.output, std::regex("running before=[1-9][0-9]* after=0")))
       << r.output;
 }
+
+// Where no GPU can be used, the nccl backend loads, says why in hvd-info, and refuses init with
+// the CUDA runtime's reason on every rank (scripts/gpu-check.sh runs it where there is a GPU).
+TEST(Nccl, WithoutAGpuHvdInfoAndInitSayWhy) {
+  Job info = run("env -u HVD_PLUGIN_PATH " + kHvdInfo);
+  if (!std::regex_search(info.output, std::regex("\n  nccl +[0-9]"))) {
+    GTEST_SKIP() << "the nccl plugin is not built";
+  }
+  if (!has(info.output, "(no usable GPU: ")) {
+    GTEST_SKIP() << "a GPU is usable here: scripts/gpu-check.sh runs the nccl backend";
+  }
+  Job r = run("env -u HVD_PLUGIN_PATH " + kHvdrun + " -np 2 --backend nccl " + kHello + " 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  for (const std::string rank : {"[0]", "[1]"}) {
+    EXPECT_TRUE(has(r.output, rank + "<stderr>:hvd init failed: unsupported: init on backend "
+                                     "'nccl' failed: no usable GPU: "))
+        << r.output;
+  }
+}
