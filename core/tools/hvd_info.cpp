@@ -88,7 +88,11 @@ int main(int argc, char** argv) {
     }
   }
   const auto chosen = knob(env, "BACKEND");
-  std::printf("\nBackend for this environment: %s\n",
-              chosen ? chosen->c_str() : "gloo (the default; set HVD_BACKEND to choose)");
+  const std::string name = chosen ? *chosen : "gloo";
+  bool listed = name.find('/') != std::string::npos;  // a path is loaded as given
+  for (const PluginSummary& p : plugins) listed = listed || p.name == name;
+  std::printf("\nBackend for this environment: %s%s\n",
+              chosen ? chosen->c_str() : "gloo (the default; set HVD_BACKEND to choose)",
+              listed ? "" : ", which is not among the backends above");
   return failures.empty() ? 0 : 1;
 }

@@ -65,7 +65,8 @@ struct Options {
                "Checks a backend plugin against the ABI's static rules (it loads with RTLD_NOW,\n"
                "exports hvd_backend_entry_v1 only, its table's struct_size fits its ABI minor,\n"
                "its name is its file's) and runs hvd's conformance suite on it under hvdrun at\n"
-               "each rank count (default 1,2,3,4; HVD_TIMEOUT per call: --timeout, default 60).\n"
+               "each rank count (default 1,2,3,4; HVD_TIMEOUT per call: --timeout, default 60;\n"
+               "the timeout case, Timeouts.*, makes a communicator of its own with 2 s).\n"
                "Prints one line per case, with the reason of each skip and failure.\n"
                "Exit status: 0 nothing failed, 1 a case failed, 2 bad usage.\n");
   std::exit(complaint.empty() ? 0 : 2);
@@ -138,7 +139,7 @@ size_t table_size_of_minor(unsigned minor) {
 std::vector<StaticCase> static_rules(const fs::path& file,
                                      const hvd::Result<PluginSummary>& probed) {
   std::vector<StaticCase> cases;
-  cases.push_back({"static.LoadsWithRtldNowInAChildProcess",
+  cases.push_back({"static.LoadsWithRtldNowWithAValidTable",
                    probed.ok() ? Verdict{} : Verdict{Outcome::kFail, probed.status().message()}});
 
   Verdict exports;
@@ -523,6 +524,28 @@ int main(int argc, char** argv) {
     count(worst);
     std::printf("  %s %s\n", cells.c_str(), name.c_str());
     for (const std::string& r : reasons) std::printf("        %s\n", r.c_str());
+  }
+  // An error a plugin returns breaks the communicator for good, and every later case of that
+  // job fails with it or because of it: point at the case that broke it.
+  for (int np : o.rank_counts) {
+    size_t first = table.order.size(), failing = 0;
+    for (size_t i = table.order.size(); i-- > 0;) {
+      const auto& row = table.cells[table.order[i]];
+      const auto it = row.find(np);
+      if (it == row.end()) continue;
+      if (it->second.outcome != Outcome::kFail) break;
+      first = i;
+      ++failing;
+    }
+    if (failing >= 3) {
+      std::printf(
+          "\nAt %d rank%s, every case from %s on failed. A status other than success "
+          "that the plugin returns breaks the communicator for good (plugin-abi.md, "
+          "section 7), so the later failures may only follow from the first: fix that "
+          "one first. (A dtype or op the plugin cannot do belongs out of its declared "
+          "dtypes/reduce_ops, not in an error.)\n",
+          np, np == 1 ? "" : "s", table.order[first].c_str());
+    }
   }
   if (!job_logs.empty()) {
     std::printf("\nJobs that did not end cleanly:\n");

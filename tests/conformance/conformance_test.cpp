@@ -23,6 +23,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <memory>
 #include <string>
 #include <thread>
@@ -1312,9 +1313,9 @@ TEST(Timeouts, APeerThatNeverCallsIsTheBackendsOwnTimeout) {
     EXPECT_FALSE(s.ok()) << "allreduce completed although rank " << comm.size() - 1
                          << " never called it";
     if (s.message().find("did not return within HVD_TIMEOUT") != std::string::npos) {
-      ADD_FAILURE() << "the host's watchdog had to end the call after " << waited
-                    << " s (HVD_TIMEOUT 2 s + 1 s): backend '" << comm.backend()
-                    << "' does not honour its timeout (" << s.to_string() << ")";
+      ADD_FAILURE() << "the host's watchdog had to end the call after " << std::fixed
+                    << std::setprecision(1) << waited << " s (HVD_TIMEOUT 2 s + 1 s): backend '"
+                    << comm.backend() << "' does not honour its timeout (" << s.to_string() << ")";
     } else if (!s.ok()) {
       // The first to time out may tell the others, who then fail as a peer's failure.
       EXPECT_TRUE(s.code() == HVD_ERR_TIMEOUT || s.code() == HVD_ERR_REMOTE)

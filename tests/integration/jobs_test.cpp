@@ -537,3 +537,30 @@ TEST(Nccl, WithoutAGpuHvdInfoAndInitSayWhy) {
         << r.output;
   }
 }
+
+// hvd-info started through PATH, from any directory, searches the installed plugins beside its
+// own binary (the dynamic loader knows the program only by the name typed).
+TEST(HvdInfo, FoundThroughPathItSearchesBesideItsBinary) {
+  const std::string bindir = kHvdInfo.substr(0, kHvdInfo.rfind('/'));
+  Job r = run("cd / && env -u HVD_PLUGIN_PATH PATH=" + bindir + ":$PATH hvd-info");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "  1. " + bindir.substr(0, bindir.rfind('/')) + "/lib/hvd\n"))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\n  gloo +[0-9]"))) << r.output;
+  EXPECT_FALSE(has(r.output, "which is not among the backends above")) << r.output;
+}
+
+// A failure that breaks the job's communicator fails every case after it: the report points at
+// the first.
+TEST(PluginCheck, ACommunicatorBrokenByOneCaseIsPointedOut) {
+  Job r = run("HVD_TEST_HANG=allreduce HVD_TEST_FAULT_SKIP=4 " + kPluginCheck + " " +
+              plugin_check::plugin(kTestPlugins, "kvs") +
+              " -np 1 --timeout 1 --filter 'AllDtypesAndOps/Allreduce.ExactAtEverySize/int32_*'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output,
+      std::regex("At 1 rank, every case from AllDtypesAndOps/Allreduce\\.ExactAtEverySize/"
+                 "int32_[a-z_]+ on failed\\.")))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "fix that one first")) << r.output;
+}

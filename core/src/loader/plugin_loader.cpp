@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <elf.h>
+#include <sys/auxv.h>
 
 #include <algorithm>
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -97,10 +98,20 @@ Status validate_table(const fs::path& file, const hvd_backend_v1* t) {
 }
 
 // Where libhvd (or the tool this loader is linked into) expects installed plugins.
+//
+// Whether this code is in the executable or in libhvd is told by the object's base address:
+// the dynamic loader names the executable by its argv[0] as typed ("hvd-info", found through
+// PATH), which says nothing of where it is, so the executable's path is /proc/self/exe's.
 fs::path install_plugin_dir() {
   try {
-    const fs::path self = fs::absolute(boost::dll::this_line_location());
-    const bool in_executable = fs::equivalent(self, boost::dll::program_location());
+    Dl_info here{}, program{};
+    if (::dladdr(reinterpret_cast<void*>(&install_plugin_dir), &here) == 0 ||
+        ::dladdr(reinterpret_cast<void*>(::getauxval(AT_PHDR)), &program) == 0) {
+      return {};
+    }
+    const bool in_executable = here.dli_fbase == program.dli_fbase;
+    const fs::path self = in_executable ? fs::path(boost::dll::program_location().string())
+                                        : fs::absolute(here.dli_fname);
     return (self.parent_path() /
             (in_executable ? HVD_PLUGIN_DIR_FROM_BINDIR : HVD_PLUGIN_DIR_FROM_LIBDIR))
         .lexically_normal();
