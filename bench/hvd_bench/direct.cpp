@@ -27,13 +27,16 @@ Result<std::unique_ptr<DirectLibrary>> open_direct(Comm& comm) {
 #ifdef HVD_BENCH_WITH_MPI
   if (backend == "mpi") return open_direct_mpi(comm);
 #endif
+#ifdef HVD_BENCH_WITH_NCCL
+  if (backend == "nccl") return open_direct_nccl(comm);
+#endif
   if (backend == "ofi") {
     return error(HVD_ERR_NOT_FOUND,
                  "no direct library collective to compare with (hvd's own algorithms over "
                  "libfabric)");
   }
   return error(HVD_ERR_NOT_FOUND, "no direct baseline: hvd-bench has none for backend '" + backend +
-                                      "' (it knows gloo and mpi, where they were built)");
+                                      "' (it knows gloo, mpi and nccl, where they were built)");
 }
 
 }  // namespace hvd::bench

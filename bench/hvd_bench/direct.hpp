@@ -51,6 +51,9 @@ Result<std::unique_ptr<DirectLibrary>> open_direct_gloo(Comm& comm);
 #ifdef HVD_BENCH_WITH_MPI
 Result<std::unique_ptr<DirectLibrary>> open_direct_mpi(Comm& comm);
 #endif
+#ifdef HVD_BENCH_WITH_NCCL
+Result<std::unique_ptr<DirectLibrary>> open_direct_nccl(Comm& comm);
+#endif
 
 }  // namespace hvd::bench
 

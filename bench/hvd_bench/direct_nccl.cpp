@@ -1,0 +1,158 @@
+// The NCCL baseline: ncclAllReduce / ncclAllGather / ncclBroadcast / ncclReduceScatter and
+// grouped ncclSend/ncclRecv (alltoall) on a communicator of its own over the same ranks, on the
+// call's stream (the benchmark synchronizes the device after each timed loop, as for hvd's).
+// Its unique id travels through hvd's own broadcast, in CUDA memory (the nccl backend takes no
+// other).
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <vector>
+
+#include "direct.hpp"
+
+namespace hvd::bench {
+namespace {
+
+ncclDataType_t nccl_type(hvd_dtype dtype) {
+  switch (dtype) {
+    case HVD_UINT8:
+      return ncclUint8;
+    case HVD_INT8:
+      return ncclInt8;
+    case HVD_INT32:
+      return ncclInt32;
+    case HVD_INT64:
+      return ncclInt64;
+    case HVD_FLOAT16:
+      return ncclFloat16;
+    case HVD_BFLOAT16:
+      return ncclBfloat16;
+    case HVD_FLOAT32:
+      return ncclFloat32;
+    default:
+      return ncclFloat64;
+  }
+}
+
+ncclRedOp_t nccl_op(hvd_reduce_op op) {
+  switch (op) {
+    case HVD_AVERAGE:
+      return ncclAvg;
+    case HVD_MIN:
+      return ncclMin;
+    case HVD_MAX:
+      return ncclMax;
+    case HVD_PRODUCT:
+      return ncclProd;
+    default:
+      return ncclSum;
+  }
+}
+
+class DirectNccl final : public DirectLibrary {
+ public:
+  DirectNccl(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  ~DirectNccl() override { (void)ncclCommDestroy(comm_); }
+  DirectNccl(const DirectNccl&) = delete;
+  DirectNccl& operator=(const DirectNccl&) = delete;
+
+  std::string call_name(Collective c) const override {
+    switch (c) {
+      case Collective::kAllreduce:
+        return "ncclAllReduce";
+      case Collective::kAllgather:
+        return "ncclAllGather";
+      case Collective::kBroadcast:
+        return "ncclBroadcast";
+      case Collective::kReduceScatter:
+        return "ncclReduceScatter";
+      case Collective::kAlltoall:
+        return "ncclSend/ncclRecv";
+    }
+    return "?";
+  }
+
+  std::string unsupported(const CollectiveCall& c) const override {
+    if (c.placement.memory_type != HVD_MEMORY_CUDA) return "CUDA memory only";
+    if (c.collective == Collective::kAlltoall && c.send == c.recv) return "never in place";
+    return "";
+  }
+
+  Status run(const CollectiveCall& c) override {
+    const auto stream = static_cast<cudaStream_t>(c.placement.stream);
+    const ncclDataType_t type = nccl_type(c.dtype);
+    ncclResult_t rc = ncclSuccess;
+    switch (c.collective) {
+      case Collective::kAllreduce:
+        rc = ncclAllReduce(c.send, c.recv, c.count, type, nccl_op(c.op), comm_, stream);
+        break;
+      case Collective::kAllgather:
+        rc = ncclAllGather(c.send, c.recv, c.count, type, comm_, stream);
+        break;
+      case Collective::kBroadcast:
+        rc = ncclBroadcast(c.send, c.recv, c.count, type, c.root, comm_, stream);
+        break;
+      case Collective::kReduceScatter:
+        rc = ncclReduceScatter(c.send, c.recv, c.count, type, nccl_op(c.op), comm_, stream);
+        break;
+      case Collective::kAlltoall: {
+        const size_t block = c.count * hvd_dtype_size(c.dtype);
+        rc = ncclGroupStart();
+        for (int r = 0; r < size_ && rc == ncclSuccess; ++r) {
+          rc = ncclSend(static_cast<const char*>(c.send) + r * block, c.count, type, r, comm_,
+                        stream);
+          if (rc == ncclSuccess) {
+            rc = ncclRecv(static_cast<char*>(c.recv) + r * block, c.count, type, r, comm_, stream);
+          }
+        }
+        const ncclResult_t ended = ncclGroupEnd();
+        if (rc == ncclSuccess) rc = ended;
+        break;
+      }
+    }
+    if (rc == ncclSuccess) return Status::success();
+    return error(HVD_ERR_REMOTE, call_name(c.collective) + ": " + ncclGetErrorString(rc) + " (" +
+                                     ncclGetLastError(comm_) + ")");
+  }
+
+ private:
+  ncclComm_t comm_;
+  int rank_;
+  int size_;
+};
+
+Status cuda(cudaError_t rc, const char* what) {
+  if (rc == cudaSuccess) return Status::success();
+  return error(HVD_ERR_SYSTEM, std::string(what) + ": " + cudaGetErrorString(rc));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DirectLibrary>> open_direct_nccl(Comm& comm) {
+  ncclUniqueId id{};
+  if (comm.rank() == 0) {
+    if (const ncclResult_t rc = ncclGetUniqueId(&id); rc != ncclSuccess) {
+      return error(HVD_ERR_SYSTEM, std::string("ncclGetUniqueId: ") + ncclGetErrorString(rc));
+    }
+  }
+  int device = 0;
+  HVD_RETURN_IF_ERROR(cuda(cudaGetDevice(&device), "cudaGetDevice"));
+  void* staged = nullptr;
+  HVD_RETURN_IF_ERROR(cuda(cudaMalloc(&staged, sizeof id), "cudaMalloc"));
+  Status s = cuda(cudaMemcpy(staged, &id, sizeof id, cudaMemcpyHostToDevice), "cudaMemcpy");
+  const hvd_placement on_device{sizeof(hvd_placement), HVD_MEMORY_CUDA, device, nullptr};
+  if (s.ok()) s = comm.broadcast(staged, staged, sizeof id, HVD_UINT8, 0, &on_device);
+  if (s.ok()) s = cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  if (s.ok()) s = cuda(cudaMemcpy(&id, staged, sizeof id, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  (void)cudaFree(staged);
+  HVD_RETURN_IF_ERROR(s);
+  ncclComm_t nccl = nullptr;
+  if (const ncclResult_t rc = ncclCommInitRank(&nccl, comm.size(), id, comm.rank());
+      rc != ncclSuccess) {
+    return error(HVD_ERR_SYSTEM, std::string("ncclCommInitRank: ") + ncclGetErrorString(rc));
+  }
+  return std::unique_ptr<DirectLibrary>(new DirectNccl(nccl, comm.rank(), comm.size()));
+}
+
+}  // namespace hvd::bench
