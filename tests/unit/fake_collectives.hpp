@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -182,8 +183,24 @@ class FakeDeviceMemory final : public core::DeviceMemory {
     return Status::success();
   }
 
+  // Pinned memory is ordinary memory here, counted; with `fail` there is none (as without a GPU).
+  void* allocate_pinned(size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (fail) return nullptr;
+    ++pinned_allocations;
+    ++pinned_live;
+    return std::malloc(bytes);
+  }
+  void free_pinned(void* pointer) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --pinned_live;
+    std::free(pointer);
+  }
+
   // Read once the copies are done.
   bool fail = false;
+  int pinned_allocations = 0;
+  int pinned_live = 0;
   int copies = 0;
   uint64_t bytes_copied = 0;
   std::set<int32_t> devices;

@@ -493,8 +493,45 @@ int staged_cuda_allreduces(
     for (int k = 0; k < count; ++k) expected_devices.insert(device_of(rank, k));
     EXPECT_EQ(device.devices, expected_devices);
     EXPECT_TRUE(device.unsynchronized.empty());
+    // Staged through page-locked memory, one buffer kept for the next batches.
+    EXPECT_GE(device.pinned_allocations, 1);
+    EXPECT_EQ(device.pinned_live, 1);
   });
   return job.data_allreduces();
+}
+
+// The staging buffer: ordinary memory until it stages, then page-locked, kept while it fits, and
+// freed by what allocated it; where the runtime gives no page-locked memory, ordinary memory,
+// asked for once.
+TEST(StagingBuffer, PinsOnceItStagesKeepsWhatFitsAndFreesThroughItsAllocator) {
+  FakeDeviceMemory device;
+  {
+    hvd::core::StagingBuffer buffer;
+    char* host = buffer.reserve(100);
+    ASSERT_NE(host, nullptr);
+    EXPECT_FALSE(buffer.pinned());
+    EXPECT_EQ(buffer.reserve(50), host);  // fits: kept
+    EXPECT_EQ(device.pinned_allocations, 0);
+    char* pinned = buffer.reserve(80, &device);
+    ASSERT_NE(pinned, nullptr);
+    EXPECT_TRUE(buffer.pinned());
+    EXPECT_GE(buffer.size(), 100u);  // never shrinks
+    EXPECT_EQ(buffer.reserve(100, &device), pinned);
+    EXPECT_EQ(buffer.reserve(10), pinned);  // pinned memory serves host batches too
+    EXPECT_NE(buffer.reserve(1000, &device), nullptr);
+    EXPECT_EQ(device.pinned_allocations, 2);
+    EXPECT_EQ(device.pinned_live, 1);
+  }
+  EXPECT_EQ(device.pinned_live, 0);
+
+  FakeDeviceMemory no_gpu;
+  no_gpu.fail = true;
+  hvd::core::StagingBuffer buffer;
+  ASSERT_NE(buffer.reserve(64, &no_gpu), nullptr);
+  EXPECT_FALSE(buffer.pinned());
+  ASSERT_NE(buffer.reserve(128, &no_gpu), nullptr);
+  EXPECT_FALSE(buffer.pinned());
+  EXPECT_EQ(no_gpu.pinned_allocations, 0);
 }
 
 TEST(Scheduler, CudaTensorsOnAHostBackendAreFusedInHostMemoryWithTheirScaleFactors) {

@@ -1078,10 +1078,9 @@ Status Communicator::staged(const char* what, const hvd_collective_args& a, uint
     const std::string why = ": staging CUDA memory through host memory for backend '";
     return error(s.code(), what + why + plugin_.name + "': " + s.message());
   };
-  if (staging_.size() < std::max(in_offset + in_bytes, out_bytes)) {
-    staging_.resize(std::max(in_offset + in_bytes, out_bytes));
-  }
-  char* stage = staging_.data();
+  char* stage = staging_.reserve(std::max(in_offset + in_bytes, out_bytes), device_memory_);
+  if (stage == nullptr)
+    return failed(error(HVD_ERR_SYSTEM, "no host memory for the staging buffer"));
   // The copies are ordered after the caller's work on its stream, and waited for: the input must
   // be in host memory before the backend reads it, and the staging buffer serves the next call.
   // A rank whose copy fails leaves its peers in the collective, to time out as with any rank that

@@ -217,7 +217,7 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   bool backend_aborted_ = false;
   Runner runner_;  // the calls of a plugin without abort, and finalize; stuck once walked away from
   std::optional<Status> finalized_;
-  std::vector<char> staging_;  // grows, never shrinks
+  StagingBuffer staging_;      // CUDA tensors through host memory; pinned once used
   std::vector<char> scratch_;  // the fallbacks' host buffer (inside staging, when staged)
   // HVD_HIERARCHICAL_ALLREDUCE: this rank's communicators within its host and across hosts (the
   // ranks of its local rank), the pipeline's chunk, and each chunk's reduced block.

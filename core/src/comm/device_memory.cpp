@@ -1,6 +1,9 @@
 #include "comm/device_memory.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <utility>
 
 #ifdef HVD_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -54,6 +57,16 @@ class CudaRuntime final : public DeviceMemory {
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
         "cudaMemcpyAsync", device);
   }
+  void* allocate_pinned(size_t bytes) override {
+    void* pointer = nullptr;
+    // Portable: pinned for every device of the process (a rank may drive several).
+    if (cudaHostAlloc(&pointer, bytes, cudaHostAllocPortable) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return pointer;
+  }
+  void free_pinned(void* pointer) override { (void)cudaFreeHost(pointer); }
   Status synchronize(int32_t device, void* stream) override {
     const OnDevice on(device);
     HVD_RETURN_IF_ERROR(on.status());
@@ -68,6 +81,8 @@ class CudaRuntime final : public DeviceMemory {
  public:
   Status copy(void*, const void*, size_t, int32_t, void*) override { return unavailable(); }
   Status synchronize(int32_t, void*) override { return unavailable(); }
+  void* allocate_pinned(size_t) override { return nullptr; }
+  void free_pinned(void*) override {}
 
  private:
   static Status unavailable() {
@@ -82,6 +97,50 @@ class CudaRuntime final : public DeviceMemory {
 DeviceMemory& cuda_memory() {
   static CudaRuntime runtime;
   return runtime;
+}
+
+StagingBuffer::StagingBuffer(StagingBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      pinned_by_(std::exchange(other.pinned_by_, nullptr)),
+      pin_refused_(other.pin_refused_) {}
+
+StagingBuffer& StagingBuffer::operator=(StagingBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    pinned_by_ = std::exchange(other.pinned_by_, nullptr);
+    pin_refused_ = other.pin_refused_;
+  }
+  return *this;
+}
+
+char* StagingBuffer::reserve(size_t bytes, DeviceMemory* pin_with) {
+  const bool pin = pin_with != nullptr && !pin_refused_;
+  if (data_ != nullptr && bytes <= size_ && (pinned() || !pin)) return data_;
+  const size_t want = std::max({bytes, size_, size_t{1}});
+  release();
+  if (pin) {
+    data_ = static_cast<char*>(pin_with->allocate_pinned(want));
+    pinned_by_ = data_ != nullptr ? pin_with : nullptr;
+    pin_refused_ = data_ == nullptr;
+  }
+  if (data_ == nullptr) data_ = static_cast<char*>(std::malloc(want));
+  size_ = data_ != nullptr ? want : 0;
+  return data_;
+}
+
+void StagingBuffer::release() {
+  if (data_ == nullptr) return;
+  if (pinned_by_ != nullptr) {
+    pinned_by_->free_pinned(data_);
+  } else {
+    std::free(data_);
+  }
+  data_ = nullptr;
+  size_ = 0;
+  pinned_by_ = nullptr;
 }
 
 }  // namespace hvd::core

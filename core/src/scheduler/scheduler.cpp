@@ -764,7 +764,7 @@ Status Scheduler::stage(const std::vector<Entry*>& batch, bool in) {
   uint64_t offset = 0;
   for (const Entry* e : batch) {
     const Submission& w = e->what;
-    char* host = fusion_buffer_.data() + offset;
+    char* host = fusion_buffer_.data() + offset;  // reserved by run_fused
     offset += e->bytes();
     const int32_t ordinal = w.spec.device;
     const Status s = in ? device.copy(host, w.send, e->bytes(), ordinal, w.stream)
@@ -806,16 +806,20 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
     const auto* b = static_cast<const char*>(recv);
     if (a < b + total && b < a + total) send = nullptr;
   }
-  if ((send == nullptr || recv == nullptr) && fusion_buffer_.size() < total) {
-    fusion_buffer_.resize(total);  // grows, never shrinks
+  char* buffer = nullptr;
+  if (send == nullptr || recv == nullptr) {
+    buffer = fusion_buffer_.reserve(total, staged_batch ? options_.device_memory : nullptr);
   }
 
+  Status status;
+  if ((send == nullptr || recv == nullptr) && buffer == nullptr) {
+    status = error(HVD_ERR_SYSTEM,
+                   "no host memory for a fusion buffer of " + std::to_string(total) + " bytes");
+  }
   const auto copy_in = Clock::now();
   const bool copied_in = send == nullptr;
-  char* buffer = fusion_buffer_.data();
   const uint64_t count = total / element;
-  Status status;
-  if (copied_in) {
+  if (copied_in && status.ok()) {
     if (staged_batch) {
       status = stage(batch, /*in=*/true);
       if (status.ok()) scale(buffer, buffer, count, s.dtype, s.prescale);

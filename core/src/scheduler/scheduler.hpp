@@ -220,7 +220,7 @@ class Scheduler {
   SchedulerOptions options_;
   Negotiator negotiator_;
   std::unique_ptr<Timeline> timeline_;
-  std::vector<char> fusion_buffer_;
+  StagingBuffer fusion_buffer_;  // pinned once it has staged CUDA tensors
   std::vector<char> scratch_;  // a reduce-scatter's padded or scaled input and output
 
   // Shared with submitting threads. Entries live in list nodes from submission to completion
