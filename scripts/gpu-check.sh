@@ -34,7 +34,7 @@ bundle() {
   local base='^(linux-vdso|ld-linux|libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libnccl|libcuda|libcudart)\.'
   for program in "$dir"/bin/* "$dir"/libexec/hvd/* "$dir"/lib/hvd/*.so "$dir"/lib/libhvd.so.*; do
     [[ $(head -c 4 "$program" | tail -c 3) == ELF ]] || continue
-    ldd "$program" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
+    { ldd "$program" || true; } | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
       [[ $name =~ $base ]] && continue
       [[ -e $dir/lib/$name || -e $dir/lib/deps/$name ]] && continue
       cp -L "$path" "$dir/lib/deps/$name"
@@ -71,11 +71,16 @@ run() {
   else
     row "GPU" "none (no nvidia-smi)"
   fi
-  local default_path="the dynamic loader's search path"
-  row "NCCL loaded from" "${nccl_dir:-$default_path}"
+  local loaded=""
+  if [ -e "$dir/lib/hvd/libhvd-backend-nccl.so" ]; then
+    loaded=$(ldd "$dir/lib/hvd/libhvd-backend-nccl.so" 2>/dev/null | awk '/libnccl/ {print $3}' || true)
+  fi
+  local wheel=""
+  [[ -n $nccl_dir ]] && wheel=" (the nvidia-nccl wheel: $nccl_dir)"
+  row "NCCL loaded from" "${loaded:-not found}$wheel"
   hvd-info > "$out/hvd-info.txt" 2>&1 || true
   local nccl_line
-  nccl_line=$(grep -A1 '^  nccl ' "$out/hvd-info.txt" | tr -s ' ' | tr '\n' ' ')
+  nccl_line=$(grep -A1 '^  nccl ' "$out/hvd-info.txt" | tr -s ' ' | tr '\n' ' ' || true)
   if [[ -z $nccl_line ]]; then
     row "hvd-info: nccl" "not listed (hvd-info.txt)"
   elif [[ $nccl_line == *"no usable GPU"* ]]; then
@@ -84,10 +89,12 @@ run() {
     row "hvd-info: nccl" "loads, and sees a usable GPU"
   fi
 
-  # The nccl plugin at world size 1 (one GPU holds one rank of a communicator).
+  # The nccl plugin at world size 1 (one GPU holds one rank of a communicator). The suite's
+  # buffers are host memory, which a CUDA-only plugin refuses: what this row shows is the static
+  # rules and the suite's start, until the suite has a CUDA-buffer mode (the NCCL issue).
   if [ -e "$dir/lib/hvd/libhvd-backend-nccl.so" ]; then
     hvd-plugin-check "$dir/lib/hvd/libhvd-backend-nccl.so" -np 1 > "$out/nccl-plugin-check.txt" 2>&1 || true
-    row "hvd-plugin-check nccl, 1 rank" "$(grep -E '^[0-9]+ cases:' "$out/nccl-plugin-check.txt" || echo 'no summary (nccl-plugin-check.txt)')"
+    row "hvd-plugin-check nccl, 1 rank (static rules)" "$(grep -c '^  pass  static\.' "$out/nccl-plugin-check.txt" || true) of 4 static rules pass; suite: $(grep -E '^[0-9]+ cases:' "$out/nccl-plugin-check.txt" || echo 'no summary') (host buffers: see nccl-plugin-check.txt)"
   else
     row "hvd-plugin-check nccl, 1 rank" "the nccl plugin was not built (no CUDA toolkit or NCCL where the bundle was made)"
   fi
@@ -96,18 +103,18 @@ run() {
   local staged="FAIL"
   hvdrun -np 2 --backend gloo -- "$dir/libexec/hvd/hvd-conformance" --gtest_brief=1 \
     --gtest_filter='CudaMemory.*' > "$out/gloo-staged.txt" 2>&1 && staged="pass"
-  if grep -q "SKIPPED \]" "$out/gloo-staged.txt"; then
-    staged="$staged, but skipped: $(grep -m1 -o 'no CUDA device here: .*' "$out/gloo-staged.txt" || echo see gloo-staged.txt)"
+  # The case that stages is StagedThroughHostMemory...; its sibling skips wherever a GPU is.
+  if grep -q "no CUDA device here: " "$out/gloo-staged.txt"; then
+    staged="$staged, but skipped: $(grep -m1 -o 'no CUDA device here: .*' "$out/gloo-staged.txt")"
   fi
   row "staged CUDA tensors through gloo, 2 ranks" "$staged"
 
-  # hvd-bench on CUDA memory, ncclAllReduce called directly beside it (hvd/dir columns).
+  # hvd-bench on CUDA memory, ncclAllReduce called directly beside it (hvd/dir columns). Known
+  # gap: hvd-bench keeps its books (host names, timings) in host memory on the communicator it
+  # measures, which nccl refuses; until it keeps them on a host backend this row fails.
   hvdrun -np 1 --backend nccl hvd-bench --mem cuda --baseline -b 1M -e 64M -f 4 -w 5 -n 20 \
     > "$out/bench-nccl.txt" 2>&1 || true
   row "hvd-bench nccl --mem cuda --baseline, 1 rank" "$(grep -c '^\[0\]<stdout>: *[0-9]' "$out/bench-nccl.txt" || true) rows (bench-nccl.txt)"
-  hvdrun -np 2 --backend gloo hvd-bench --mem cuda -b 1M -e 64M -f 4 -w 2 -n 5 \
-    > "$out/bench-gloo-cuda.txt" 2>&1 || true
-  row "hvd-bench gloo --mem cuda (staged), 2 ranks" "$(grep -c '^\[0\]<stdout>: *[0-9]' "$out/bench-gloo-cuda.txt" || true) rows (bench-gloo-cuda.txt)"
   row "device executor, 1024 tensors" "not built yet (the NCCL issue, step 4)"
 
   echo "gpu-check: results (full outputs in $out)"

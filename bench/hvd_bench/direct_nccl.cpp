@@ -76,6 +76,11 @@ class DirectNccl final : public DirectLibrary {
   std::string unsupported(const CollectiveCall& c) const override {
     if (c.placement.memory_type != HVD_MEMORY_CUDA) return "CUDA memory only";
     if (c.collective == Collective::kAlltoall && c.send == c.recv) return "never in place";
+    // hvd's in-place reduce-scatter leaves the result at the buffer's start, NCCL's at the rank's
+    // block: not the same call.
+    if (c.collective == Collective::kReduceScatter && c.send == c.recv) {
+      return "NCCL's in-place reduce-scatter is another layout";
+    }
     return "";
   }
 

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -103,12 +104,33 @@ ncclRedOp_t nccl_op(hvd_reduce_op op) {
   }
 }
 
-// The current device of this thread becomes `device` for a scope, and is restored after.
+// Whether this thread has a current CUDA context. cudaGetDevice says 0 on a thread that never
+// chose a device, and setting 0 back would create a context on GPU 0 (since CUDA 12 setting a
+// device starts its context): on hvd's own threads that is every rank's memory on one GPU.
+bool thread_has_context() {
+  using GetCurrent = int (*)(void**);  // CUresult cuCtxGetCurrent(CUcontext*)
+  static const GetCurrent get_current = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return GetCurrent{nullptr};
+    }
+    return reinterpret_cast<GetCurrent>(fn);
+  }();
+  void* context = nullptr;
+  return get_current != nullptr && get_current(&context) == 0 && context != nullptr;
+}
+
+// The current device of this thread becomes `device` for a scope; the thread's own choice, if it
+// had made one, is restored after.
 class OnDevice {
  public:
   explicit OnDevice(int device) {
+    const bool had_context = thread_has_context();
     if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {
-      switched_ = cudaSetDevice(device) == cudaSuccess;
+      switched_ = cudaSetDevice(device) == cudaSuccess && had_context;
     }
   }
   ~OnDevice() {
@@ -128,46 +150,66 @@ class NcclBackend {
   static constexpr uint64_t reduce_ops = HVD_REDUCE_OPS_1_0;
 
   static Result<std::unique_ptr<NcclBackend>> create(const InitContext& ctx) {
-    if (const std::string why = no_gpu_reason(); !why.empty()) {
-      return Status(HVD_ERR_UNSUPPORTED, "no usable GPU: " + why);
-    }
-    // NCCL binds the device current on this thread (the application chose it, usually
-    // local_rank), and so does every call after.
+    // Every rank's verdict travels with the unique id, so that a rank that cannot take part
+    // fails them all at once, with its reason, instead of leaving them to time out.
+    struct Offer {
+      ncclUniqueId id;
+      int32_t failed;
+      char why[196];
+    };
+    Offer mine{};
     int device = 0;
-    if (const cudaError_t rc = cudaGetDevice(&device); rc != cudaSuccess) {
-      return Status(HVD_ERR_SYSTEM, std::string("cudaGetDevice: ") + cudaGetErrorString(rc));
-    }
-    ncclUniqueId id{};
-    if (ctx.rank == 0) {
-      if (const ncclResult_t rc = ncclGetUniqueId(&id); rc != ncclSuccess) {
-        return Status(HVD_ERR_SYSTEM, std::string("ncclGetUniqueId: ") + ncclGetErrorString(rc));
+    std::string why = no_gpu_reason();
+    if (!why.empty()) {
+      why = "no usable GPU: " + why;
+    } else if (const cudaError_t rc = cudaGetDevice(&device); rc != cudaSuccess) {
+      // NCCL binds the device current on this thread (the application chose it, usually
+      // local_rank), and every call after runs there.
+      why = std::string("cudaGetDevice: ") + cudaGetErrorString(rc);
+    } else if (ctx.rank == 0) {
+      if (const ncclResult_t got = ncclGetUniqueId(&mine.id); got != ncclSuccess) {
+        why = std::string("ncclGetUniqueId: ") + ncclGetErrorString(got);
       }
     }
-    std::vector<ncclUniqueId> all(static_cast<size_t>(ctx.size));
-    HVD_RETURN_IF_ERROR(ctx.host.oob_allgather(&id, sizeof id, all.data(), ctx.timeout));
+    mine.failed = why.empty() ? 0 : 1;
+    std::snprintf(mine.why, sizeof mine.why, "%s", why.c_str());
+    std::vector<Offer> all(static_cast<size_t>(ctx.size));
+    HVD_RETURN_IF_ERROR(ctx.host.oob_allgather(&mine, sizeof mine, all.data(), ctx.timeout));
+    for (int r = 0; r < ctx.size; ++r) {
+      const Offer& o = all[static_cast<size_t>(r)];
+      if (o.failed != 0) {
+        const std::string reason(o.why, strnlen(o.why, sizeof o.why));
+        return Status(reason.rfind("no usable GPU", 0) == 0 ? HVD_ERR_UNSUPPORTED : HVD_ERR_SYSTEM,
+                      "rank " + std::to_string(r) + ": " + reason);  // alike on every rank
+      }
+    }
     auto self = std::unique_ptr<NcclBackend>(new NcclBackend(ctx, device));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t rc =
-        ncclCommInitRankConfig(&self->comm_, ctx.size, all[0], ctx.rank, &config);
+        ncclCommInitRankConfig(&self->comm_, ctx.size, all[0].id, ctx.rank, &config);
     HVD_RETURN_IF_ERROR(self->settle("ncclCommInitRankConfig", rc, Clock::now() + ctx.timeout));
     return Result<std::unique_ptr<NcclBackend>>(std::move(self));
   }
 
   ~NcclBackend() {
     const OnDevice on(device_);
+    if (comm_ != nullptr && !comm_gone_) {
+      // A broken communicator is aborted (its work may never finish); a healthy one is destroyed
+      // once its work has drained, within the timeout. On a non-blocking communicator
+      // ncclCommFinalize returns ncclInProgress, and the communicator's state says when it is done.
+      const ncclResult_t finalizing = broken_.load() ? ncclInternalError : ncclCommFinalize(comm_);
+      if ((finalizing == ncclSuccess || finalizing == ncclInProgress) &&
+          settle("ncclCommFinalize", finalizing, Clock::now() + timeout_).ok()) {
+        (void)ncclCommDestroy(comm_);
+      } else {
+        std::lock_guard<std::mutex> lock(mutex_);
+        abort_comm_locked();
+      }
+    }
+    // After the communicator: cudaFree synchronizes the device, which its work may still hold.
     if (barrier_buffer_ != nullptr) (void)cudaFree(barrier_buffer_);
     if (barrier_stream_ != nullptr) (void)cudaStreamDestroy(barrier_stream_);
-    if (comm_ == nullptr || comm_gone_) return;
-    // A broken communicator is aborted (its work may never finish); a healthy one is destroyed
-    // once its work has drained, within the timeout.
-    if (!broken_.load() && ncclCommFinalize(comm_) == ncclSuccess &&
-        settle("ncclCommFinalize", ncclInProgress, Clock::now() + timeout_).ok()) {
-      (void)ncclCommDestroy(comm_);
-    } else {
-      std::lock_guard<std::mutex> lock(mutex_);
-      abort_comm_locked();
-    }
   }
 
   Status allreduce(const hvd_collective_args& a) {
@@ -178,9 +220,20 @@ class NcclBackend {
   }
 
   Status reduce_scatter(const hvd_collective_args& a) {
+    // In place, hvd's result is at the buffer's start, NCCL's at this rank's block: NCCL runs
+    // in place there, and the block is moved to the start after it, on the same stream.
+    const size_t block = a.count * hvd_dtype_size(a.dtype);
+    const bool in_place = a.sendbuf == a.recvbuf;
+    char* result = static_cast<char*>(a.recvbuf) + (in_place ? rank_ * block : 0);
     return enqueue("ncclReduceScatter", a, [&](cudaStream_t s) {
-      return ncclReduceScatter(a.sendbuf, a.recvbuf, a.count, nccl_type(a.dtype), nccl_op(a.op),
-                               comm_, s);
+      ncclResult_t rc = ncclReduceScatter(a.sendbuf, result, a.count, nccl_type(a.dtype),
+                                          nccl_op(a.op), comm_, s);
+      if (rc == ncclSuccess && result != a.recvbuf &&
+          cudaMemcpyAsync(a.recvbuf, result, block, cudaMemcpyDeviceToDevice, s) != cudaSuccess) {
+        (void)cudaGetLastError();
+        rc = ncclUnhandledCudaError;
+      }
+      return rc;
     });
   }
 
@@ -235,7 +288,9 @@ class NcclBackend {
 
   // NCCL has no barrier: an allreduce of one element on a buffer of the plugin's, waited for.
   Status barrier() {
+    HVD_RETURN_IF_ERROR(usable("barrier"));
     const CallScope call(this);
+    if (call.refused()) return usable("barrier");
     const OnDevice on(device_);
     if (barrier_buffer_ == nullptr) {
       if (const cudaError_t rc = cudaMalloc(&barrier_buffer_, sizeof(int32_t)); rc != cudaSuccess) {
@@ -263,6 +318,7 @@ class NcclBackend {
   Result<std::unique_ptr<NcclBackend>> split(const InitContext* child) {
     HVD_RETURN_IF_ERROR(usable("ncclCommSplit"));
     const CallScope call(this);
+    if (call.refused()) return usable("ncclCommSplit");
     const OnDevice on(device_);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
@@ -270,15 +326,20 @@ class NcclBackend {
     const int color = child != nullptr ? child->members[0] : NCCL_SPLIT_NOCOLOR;
     const int key = child != nullptr ? child->rank : 0;
     const ncclResult_t rc = ncclCommSplit(comm_, color, key, &made, &config);
-    if (made == nullptr) {  // this rank joins none, or the split failed outright
-      HVD_RETURN_IF_ERROR(settle("ncclCommSplit", rc, Clock::now() + timeout_));
-      if (child != nullptr) return Status(HVD_ERR_INTERNAL, "ncclCommSplit made no child");
-      return std::unique_ptr<NcclBackend>();
+    // On a non-blocking parent the child appears in `made` (written by NCCL's own thread) only
+    // once the parent says the split is done.
+    const Status split = settle("ncclCommSplit", rc, Clock::now() + timeout_);
+    ncclComm_t child_comm = __atomic_load_n(&made, __ATOMIC_ACQUIRE);
+    if (!split.ok()) {
+      if (child_comm != nullptr) (void)ncclCommAbort(child_comm);
+      return split;
     }
-    // A non-blocking split is complete when the child says so.
+    if (child == nullptr) return std::unique_ptr<NcclBackend>();
+    if (child_comm == nullptr) return Status(HVD_ERR_INTERNAL, "ncclCommSplit made no child");
     auto self = std::unique_ptr<NcclBackend>(new NcclBackend(*child, device_));
-    self->comm_ = made;
-    HVD_RETURN_IF_ERROR(self->settle("ncclCommSplit", rc, Clock::now() + timeout_));
+    self->comm_ = child_comm;
+    HVD_RETURN_IF_ERROR(
+        self->settle("ncclCommSplit (the child)", ncclInProgress, Clock::now() + timeout_));
     return Result<std::unique_ptr<NcclBackend>>(std::move(self));
   }
 
@@ -303,10 +364,14 @@ class NcclBackend {
   // Marks a call in progress, for abort (above).
   class CallScope {
    public:
+    // Counted under the lock abort takes, so that abort never frees the communicator between a
+    // call's check and its use of it: a call that begins after abort is refused (refused()).
     explicit CallScope(NcclBackend* self) : self_(self) {
       std::lock_guard<std::mutex> lock(self_->mutex_);
       ++self_->calls_;
+      refused_ = self_->comm_gone_;
     }
+    bool refused() const { return refused_; }
     ~CallScope() {
       std::lock_guard<std::mutex> lock(self_->mutex_);
       if (--self_->calls_ == 0 && self_->aborted_.load()) self_->abort_comm_locked();
@@ -316,6 +381,7 @@ class NcclBackend {
 
    private:
     NcclBackend* self_;
+    bool refused_ = false;
   };
 
   void abort_comm_locked() {
@@ -336,7 +402,10 @@ class NcclBackend {
   // A non-blocking NCCL call's outcome: `rc` when it failed outright, else the communicator's
   // state polled until it leaves ncclInProgress, within `deadline` (then aborted).
   Status settle(const char* what, ncclResult_t rc, Clock::time_point deadline) {
-    auto spin = std::chrono::microseconds(1);
+    // A collective's enqueue completes within microseconds: yield for the first 100 us, then
+    // sleep in growing steps (a sleep of 1 us takes about 50).
+    const Clock::time_point yield_until = Clock::now() + std::chrono::microseconds(100);
+    auto spin = std::chrono::microseconds(10);
     while (rc == ncclInProgress) {
       if (aborted_.load()) return usable(what);
       if (Clock::now() >= deadline) {
@@ -349,8 +418,12 @@ class NcclBackend {
                                            std::to_string(timeout_.count()) +
                                            " ms (HVD_TIMEOUT): a rank is missing or stuck");
       }
-      std::this_thread::sleep_for(spin);
-      spin = std::min(spin * 2, std::chrono::microseconds(1000));
+      if (Clock::now() < yield_until) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(spin);
+        spin = std::min(spin * 2, std::chrono::microseconds(1000));
+      }
       if (comm_ == nullptr || ncclCommGetAsyncError(comm_, &rc) != ncclSuccess) break;
     }
     if (rc == ncclSuccess) return Status::success();
@@ -365,6 +438,7 @@ class NcclBackend {
   Status enqueue(const char* what, const hvd_collective_args& a, Enqueue&& run) {
     HVD_RETURN_IF_ERROR(usable(what));
     const CallScope call(this);
+    if (call.refused()) return usable(what);
     const OnDevice on(a.device);
     return settle(what, run(static_cast<cudaStream_t>(a.stream)), Clock::now() + timeout_);
   }

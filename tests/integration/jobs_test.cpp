@@ -533,7 +533,7 @@ TEST(Nccl, WithoutAGpuHvdInfoAndInitSayWhy) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   for (const std::string rank : {"[0]", "[1]"}) {
     EXPECT_TRUE(has(r.output, rank + "<stderr>:hvd init failed: unsupported: init on backend "
-                                     "'nccl' failed: no usable GPU: "))
+                                     "'nccl' failed: rank 0: no usable GPU: "))
         << r.output;
   }
 }

@@ -184,7 +184,7 @@ class FakeDeviceMemory final : public core::DeviceMemory {
   }
 
   // Pinned memory is ordinary memory here, counted; with `fail` there is none (as without a GPU).
-  void* allocate_pinned(size_t bytes) override {
+  void* allocate_pinned(size_t bytes, int32_t /*device*/) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (fail) return nullptr;
     ++pinned_allocations;

@@ -23,18 +23,39 @@ Status check(cudaError_t rc, const char* what, int32_t device) {
                                    ")");
 }
 
+// Whether this thread has a current CUDA context. cudaGetDevice says 0 on a thread that never
+// chose a device (hvd's scheduler, runner and watchdog threads), and setting 0 back would create
+// a context on GPU 0 (since CUDA 12 setting a device starts its context): every rank's memory on
+// one GPU.
+bool thread_has_context() {
+  using GetCurrent = int (*)(void**);  // CUresult cuCtxGetCurrent(CUcontext*)
+  static const GetCurrent get_current = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return GetCurrent{nullptr};
+    }
+    return reinterpret_cast<GetCurrent>(fn);
+  }();
+  void* context = nullptr;
+  return get_current != nullptr && get_current(&context) == 0 && context != nullptr;
+}
+
 // The calling thread works on `device` for a scope: a stream may be used only on its device, and
-// the application's own choice of device on that thread is restored afterwards.
+// the application's own choice of device on that thread, where it made one, is restored after.
 class OnDevice {
  public:
   explicit OnDevice(int32_t device) : device_(device) {
+    restore_ = thread_has_context();
     status_ = check(cudaGetDevice(&previous_), "cudaGetDevice", device);
     if (status_.ok() && previous_ != device) {
       status_ = check(cudaSetDevice(device), "cudaSetDevice", device);
     }
   }
   ~OnDevice() {
-    if (status_.ok() && previous_ != device_) (void)cudaSetDevice(previous_);
+    if (restore_ && status_.ok() && previous_ != device_) (void)cudaSetDevice(previous_);
   }
   OnDevice(const OnDevice&) = delete;
   OnDevice& operator=(const OnDevice&) = delete;
@@ -43,6 +64,7 @@ class OnDevice {
  private:
   int32_t device_;
   int previous_ = 0;
+  bool restore_ = false;
   Status status_;
 };
 
@@ -57,7 +79,10 @@ class CudaRuntime final : public DeviceMemory {
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
         "cudaMemcpyAsync", device);
   }
-  void* allocate_pinned(size_t bytes) override {
+  void* allocate_pinned(size_t bytes, int32_t device) override {
+    // On the device staged for: on a thread without one, the runtime would start GPU 0's.
+    const OnDevice on(device);
+    if (!on.status().ok()) return nullptr;
     void* pointer = nullptr;
     // Portable: pinned for every device of the process (a rank may drive several).
     if (cudaHostAlloc(&pointer, bytes, cudaHostAllocPortable) != cudaSuccess) {
@@ -81,7 +106,7 @@ class CudaRuntime final : public DeviceMemory {
  public:
   Status copy(void*, const void*, size_t, int32_t, void*) override { return unavailable(); }
   Status synchronize(int32_t, void*) override { return unavailable(); }
-  void* allocate_pinned(size_t) override { return nullptr; }
+  void* allocate_pinned(size_t, int32_t) override { return nullptr; }
   void free_pinned(void*) override {}
 
  private:
@@ -95,8 +120,9 @@ class CudaRuntime final : public DeviceMemory {
 }  // namespace
 
 DeviceMemory& cuda_memory() {
-  static CudaRuntime runtime;
-  return runtime;
+  // Never destroyed: a communicator finalized from a static destructor still frees through it.
+  static CudaRuntime* runtime = new CudaRuntime;
+  return *runtime;
 }
 
 StagingBuffer::StagingBuffer(StagingBuffer&& other) noexcept
@@ -116,13 +142,15 @@ StagingBuffer& StagingBuffer::operator=(StagingBuffer&& other) noexcept {
   return *this;
 }
 
-char* StagingBuffer::reserve(size_t bytes, DeviceMemory* pin_with) {
+char* StagingBuffer::reserve(size_t bytes, DeviceMemory* pin_with, int32_t device) {
+  // Once pinned, it stays pinned through its growths (host batches share it).
+  if (pin_with == nullptr) pin_with = pinned_by_;
   const bool pin = pin_with != nullptr && !pin_refused_;
   if (data_ != nullptr && bytes <= size_ && (pinned() || !pin)) return data_;
   const size_t want = std::max({bytes, size_, size_t{1}});
   release();
   if (pin) {
-    data_ = static_cast<char*>(pin_with->allocate_pinned(want));
+    data_ = static_cast<char*>(pin_with->allocate_pinned(want, device));
     pinned_by_ = data_ != nullptr ? pin_with : nullptr;
     pin_refused_ = data_ == nullptr;
   }

@@ -25,7 +25,8 @@ class DeviceMemory {
   // Page-locked host memory of `bytes` (cudaHostAlloc), or null where the runtime gives none
   // (no driver, no GPU, no memory): copies from and to it run at the link's speed, where
   // pageable memory goes through the driver's own bounce buffer. Released with free_pinned.
-  virtual void* allocate_pinned(size_t bytes) = 0;
+  // `device`: where the staged copies go (the allocation is made there, portable to all).
+  virtual void* allocate_pinned(size_t bytes, int32_t device) = 0;
   virtual void free_pinned(void* pointer) = 0;
   // copy(), then synchronize(): on success the copy has completed.
   Status copy_and_wait(void* dst, const void* src, size_t bytes, int32_t device, void* stream) {
@@ -49,10 +50,10 @@ class StagingBuffer {
   StagingBuffer(const StagingBuffer&) = delete;
   StagingBuffer& operator=(const StagingBuffer&) = delete;
 
-  // At least `bytes`; page-locked through `pin_with` where it is given and the runtime allows
-  // (asked once: where it refuses, ordinary memory from then on). Null when not even ordinary
-  // memory was had.
-  char* reserve(size_t bytes, DeviceMemory* pin_with = nullptr);
+  // At least `bytes`; page-locked through `pin_with` (for copies with `device`) where it is given
+  // and the runtime allows (asked once: where it refuses, ordinary memory from then on), and
+  // page-locked on every growth once it is. Null when not even ordinary memory was had.
+  char* reserve(size_t bytes, DeviceMemory* pin_with = nullptr, int32_t device = 0);
   char* data() const { return data_; }
   size_t size() const { return size_; }
   bool pinned() const { return pinned_by_ != nullptr; }

@@ -808,14 +808,14 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
   }
   char* buffer = nullptr;
   if (send == nullptr || recv == nullptr) {
-    buffer = fusion_buffer_.reserve(total, staged_batch ? options_.device_memory : nullptr);
+    buffer =
+        fusion_buffer_.reserve(total, staged_batch ? options_.device_memory : nullptr, s.device);
+    // Fatal, as a failed allocation always was (the loop fails the scheduler): this rank alone
+    // skipping the batch would pair its next allreduce with its peers' this one.
+    if (buffer == nullptr) throw std::bad_alloc();
   }
 
   Status status;
-  if ((send == nullptr || recv == nullptr) && buffer == nullptr) {
-    status = error(HVD_ERR_SYSTEM,
-                   "no host memory for a fusion buffer of " + std::to_string(total) + " bytes");
-  }
   const auto copy_in = Clock::now();
   const bool copied_in = send == nullptr;
   const uint64_t count = total / element;
