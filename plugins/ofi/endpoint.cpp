@@ -255,6 +255,9 @@ Status Endpoint::begin(const char* what) {
   HVD_RETURN_IF_ERROR(check_usable());
   ++sequence_;
   call_ = what;
+  // HVD_TIMEOUT bounds the call from its start, the failure's round of notices (blame) included:
+  // the host's watchdog ends a call at HVD_TIMEOUT + 1 s, and the plugin must return first.
+  call_deadline_ = std::chrono::steady_clock::now() + timeout_ - blame_grace();
   ops_.clear();
   return Status::success();
 }
@@ -461,7 +464,7 @@ Status Endpoint::timeout_failure(int peer) {
   std::snprintf(text, sizeof(text), "%.3g", seconds);
   return blame(HVD_ERR_TIMEOUT,
                std::string("ofi ") + call_ + ": nothing arrived from or left for " + name_of(peer) +
-                   " in " + text + " s (HVD_TIMEOUT)",
+                   " within the call's " + text + " s (HVD_TIMEOUT)",
                peer, "stopped, died, or is in another call");
 }
 
@@ -472,9 +475,7 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int peer, const
   suspect_ = peer;
   send_notices(code);
   std::vector<int> blames(static_cast<size_t>(size_), -1);  // by rank: whom its notice blames
-  const auto grace =
-      std::min<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(500));
-  const auto until = std::chrono::steady_clock::now() + grace;
+  const auto until = std::chrono::steady_clock::now() + blame_grace();
   while (std::chrono::steady_clock::now() < until) {
     fi_cq_tagged_entry entries[16];
     const ssize_t n = fi_cq_read(cq_, entries, 16);

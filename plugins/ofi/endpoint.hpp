@@ -142,10 +142,15 @@ class Endpoint {
   Op notice_op_;
   Notice notice_{};
 
-  uint32_t sequence_ = 0;  // calls begun, identical on every rank
-  const char* call_ = "";  // the call in progress
-  std::deque<Op> ops_;     // this call's, stable addresses
-  int suspect_ = -1;       // the rank this endpoint's failure blames, if any
+  uint32_t sequence_ = 0;                                // calls begun, identical on every rank
+  const char* call_ = "";                                // the call in progress
+  std::chrono::steady_clock::time_point call_deadline_;  // its waits end by then (begin())
+  // How long a failing rank listens for its peers' notices (blame), within the call's timeout.
+  std::chrono::milliseconds blame_grace() const {
+    return std::min<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(500));
+  }
+  std::deque<Op> ops_;  // this call's, stable addresses
+  int suspect_ = -1;    // the rank this endpoint's failure blames, if any
   bool notices_sent_ = false;
   bool notice_arrived_ = false;
   bool broken_ = false;
@@ -179,7 +184,7 @@ Status Endpoint::wait_until(Done&& done, WaitingFor&& waiting_for) {
       return Status(HVD_ERR_STATE,
                     std::string("ofi ") + call_ + ": the communicator was aborted during the call");
     }
-    if (now - idle_since > timeout_) return timeout_failure(waiting_for());
+    if (now >= call_deadline_) return timeout_failure(waiting_for());
     nap(now - idle_since);
   }
   return Status::success();
