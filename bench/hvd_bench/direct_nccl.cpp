@@ -6,49 +6,21 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
+#include "bootstrap/env.hpp"
+
 #include "direct.hpp"
+#include "nccl_types.hpp"
 
 namespace hvd::bench {
 namespace {
 
-ncclDataType_t nccl_type(hvd_dtype dtype) {
-  switch (dtype) {
-    case HVD_UINT8:
-      return ncclUint8;
-    case HVD_INT8:
-      return ncclInt8;
-    case HVD_INT32:
-      return ncclInt32;
-    case HVD_INT64:
-      return ncclInt64;
-    case HVD_FLOAT16:
-      return ncclFloat16;
-    case HVD_BFLOAT16:
-      return ncclBfloat16;
-    case HVD_FLOAT32:
-      return ncclFloat32;
-    default:
-      return ncclFloat64;
-  }
-}
-
-ncclRedOp_t nccl_op(hvd_reduce_op op) {
-  switch (op) {
-    case HVD_AVERAGE:
-      return ncclAvg;
-    case HVD_MIN:
-      return ncclMin;
-    case HVD_MAX:
-      return ncclMax;
-    case HVD_PRODUCT:
-      return ncclProd;
-    default:
-      return ncclSum;
-  }
-}
+using nccl::data_type;
+using nccl::reduce_op;
 
 class DirectNccl final : public DirectLibrary {
  public:
@@ -86,11 +58,11 @@ class DirectNccl final : public DirectLibrary {
 
   Status run(const CollectiveCall& c) override {
     const auto stream = static_cast<cudaStream_t>(c.placement.stream);
-    const ncclDataType_t type = nccl_type(c.dtype);
+    const ncclDataType_t type = data_type(c.dtype);
     ncclResult_t rc = ncclSuccess;
     switch (c.collective) {
       case Collective::kAllreduce:
-        rc = ncclAllReduce(c.send, c.recv, c.count, type, nccl_op(c.op), comm_, stream);
+        rc = ncclAllReduce(c.send, c.recv, c.count, type, reduce_op(c.op), comm_, stream);
         break;
       case Collective::kAllgather:
         rc = ncclAllGather(c.send, c.recv, c.count, type, comm_, stream);
@@ -99,7 +71,7 @@ class DirectNccl final : public DirectLibrary {
         rc = ncclBroadcast(c.send, c.recv, c.count, type, c.root, comm_, stream);
         break;
       case Collective::kReduceScatter:
-        rc = ncclReduceScatter(c.send, c.recv, c.count, type, nccl_op(c.op), comm_, stream);
+        rc = ncclReduceScatter(c.send, c.recv, c.count, type, reduce_op(c.op), comm_, stream);
         break;
       case Collective::kAlltoall: {
         const size_t block = c.count * hvd_dtype_size(c.dtype);
@@ -152,10 +124,24 @@ Result<std::unique_ptr<DirectLibrary>> open_direct_nccl(Comm& comm) {
   if (s.ok()) s = cuda(cudaMemcpy(&id, staged, sizeof id, cudaMemcpyDeviceToHost), "cudaMemcpy");
   (void)cudaFree(staged);
   HVD_RETURN_IF_ERROR(s);
+  // Non-blocking, polled against HVD_TIMEOUT: a rank that never joins is an error, not a hang.
+  HVD_ASSIGN_OR_RETURN(const std::chrono::milliseconds timeout,
+                       core::timeout_from_env(core::process_env()));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
   ncclComm_t nccl = nullptr;
-  if (const ncclResult_t rc = ncclCommInitRank(&nccl, comm.size(), id, comm.rank());
-      rc != ncclSuccess) {
-    return error(HVD_ERR_SYSTEM, std::string("ncclCommInitRank: ") + ncclGetErrorString(rc));
+  ncclResult_t rc = ncclCommInitRankConfig(&nccl, comm.size(), id, comm.rank(), &config);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (rc == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (ncclCommGetAsyncError(nccl, &rc) != ncclSuccess) break;
+  }
+  if (rc != ncclSuccess) {
+    if (nccl != nullptr) (void)ncclCommAbort(nccl);
+    return error(
+        rc == ncclInProgress ? HVD_ERR_TIMEOUT : HVD_ERR_SYSTEM,
+        std::string("ncclCommInitRankConfig: ") +
+            (rc == ncclInProgress ? "not done within HVD_TIMEOUT" : ncclGetErrorString(rc)));
   }
   return std::unique_ptr<DirectLibrary>(new DirectNccl(nccl, comm.rank(), comm.size()));
 }

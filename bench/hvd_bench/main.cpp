@@ -46,14 +46,12 @@ Status reduce_over_ranks(Comm& comm, double* values, uint64_t n, hvd_reduce_op o
   return comm.allreduce(values, values, n, op);
 }
 
-// The narrowest dtype the backend declares: what bytes travel as (a plugin may take no uint8).
+// What bytes travel as: the dtype hvd itself moves its bytes in for this backend (a plugin may
+// take no uint8).
 hvd_dtype byte_dtype(Comm& comm) {
-  const uint64_t declared = hvd_backend_dtypes(comm.get());
-  for (hvd_dtype d : {HVD_UINT8, HVD_INT8, HVD_FLOAT16, HVD_BFLOAT16, HVD_INT32, HVD_FLOAT32,
-                      HVD_INT64, HVD_FLOAT64}) {
-    if ((declared & HVD_DTYPE_BIT(d)) != 0) return d;
-  }
-  return HVD_UINT8;
+  core::Plugin declared;
+  declared.dtypes = hvd_backend_dtypes(comm.get());
+  return declared.byte_dtype();
 }
 
 // Every rank's host name, distinct, in rank order.

@@ -24,11 +24,15 @@
 #include <vector>
 
 #include "hvd/sdk/backend.hpp"
+#include "hvd/sdk/cuda_device.hpp"
+#include "nccl_types.hpp"
 
 namespace {
 
 using hvd::Result;
 using hvd::Status;
+using hvd::nccl::data_type;
+using hvd::nccl::reduce_op;
 using hvd::sdk::InitContext;
 using Clock = std::chrono::steady_clock;
 
@@ -68,81 +72,7 @@ const char* description() {
   return text.c_str();
 }
 
-ncclDataType_t nccl_type(hvd_dtype dtype) {
-  switch (dtype) {
-    case HVD_UINT8:
-      return ncclUint8;
-    case HVD_INT8:
-      return ncclInt8;
-    case HVD_INT32:
-      return ncclInt32;
-    case HVD_INT64:
-      return ncclInt64;
-    case HVD_FLOAT16:
-      return ncclFloat16;
-    case HVD_BFLOAT16:
-      return ncclBfloat16;
-    case HVD_FLOAT32:
-      return ncclFloat32;
-    default:
-      return ncclFloat64;  // the host passes only the dtypes this plugin declares
-  }
-}
-
-ncclRedOp_t nccl_op(hvd_reduce_op op) {
-  switch (op) {
-    case HVD_AVERAGE:
-      return ncclAvg;  // integers: the sum divided once, truncated (NCCL's SumPostDiv)
-    case HVD_MIN:
-      return ncclMin;
-    case HVD_MAX:
-      return ncclMax;
-    case HVD_PRODUCT:
-      return ncclProd;
-    default:
-      return ncclSum;
-  }
-}
-
-// Whether this thread has a current CUDA context. cudaGetDevice says 0 on a thread that never
-// chose a device, and setting 0 back would create a context on GPU 0 (since CUDA 12 setting a
-// device starts its context): on hvd's own threads that is every rank's memory on one GPU.
-bool thread_has_context() {
-  using GetCurrent = int (*)(void**);  // CUresult cuCtxGetCurrent(CUcontext*)
-  static const GetCurrent get_current = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      return GetCurrent{nullptr};
-    }
-    return reinterpret_cast<GetCurrent>(fn);
-  }();
-  void* context = nullptr;
-  return get_current != nullptr && get_current(&context) == 0 && context != nullptr;
-}
-
-// The current device of this thread becomes `device` for a scope; the thread's own choice, if it
-// had made one, is restored after.
-class OnDevice {
- public:
-  explicit OnDevice(int device) {
-    const bool had_context = thread_has_context();
-    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {
-      switched_ = cudaSetDevice(device) == cudaSuccess && had_context;
-    }
-  }
-  ~OnDevice() {
-    if (switched_) (void)cudaSetDevice(previous_);
-  }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-
- private:
-  int previous_ = -1;
-  bool switched_ = false;
-};
+using OnDevice = hvd::sdk::OnCudaDevice;
 
 class NcclBackend {
  public:
@@ -214,8 +144,8 @@ class NcclBackend {
 
   Status allreduce(const hvd_collective_args& a) {
     return enqueue("ncclAllReduce", a, [&](cudaStream_t s) {
-      return ncclAllReduce(a.sendbuf, a.recvbuf, a.count, nccl_type(a.dtype), nccl_op(a.op), comm_,
-                           s);
+      return ncclAllReduce(a.sendbuf, a.recvbuf, a.count, data_type(a.dtype), reduce_op(a.op),
+                           comm_, s);
     });
   }
 
@@ -226,8 +156,8 @@ class NcclBackend {
     const bool in_place = a.sendbuf == a.recvbuf;
     char* result = static_cast<char*>(a.recvbuf) + (in_place ? rank_ * block : 0);
     return enqueue("ncclReduceScatter", a, [&](cudaStream_t s) {
-      ncclResult_t rc = ncclReduceScatter(a.sendbuf, result, a.count, nccl_type(a.dtype),
-                                          nccl_op(a.op), comm_, s);
+      ncclResult_t rc = ncclReduceScatter(a.sendbuf, result, a.count, data_type(a.dtype),
+                                          reduce_op(a.op), comm_, s);
       if (rc == ncclSuccess && result != a.recvbuf &&
           cudaMemcpyAsync(a.recvbuf, result, block, cudaMemcpyDeviceToDevice, s) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -239,7 +169,7 @@ class NcclBackend {
 
   Status broadcast(const hvd_collective_args& a) {
     return enqueue("ncclBroadcast", a, [&](cudaStream_t s) {
-      return ncclBroadcast(a.sendbuf, a.recvbuf, a.count, nccl_type(a.dtype), a.root, comm_, s);
+      return ncclBroadcast(a.sendbuf, a.recvbuf, a.count, data_type(a.dtype), a.root, comm_, s);
     });
   }
 
@@ -248,7 +178,7 @@ class NcclBackend {
   Status allgather(const hvd_collective_args& a) {
     if (a.recv_counts == nullptr) {
       return enqueue("ncclAllGather", a, [&](cudaStream_t s) {
-        return ncclAllGather(a.sendbuf, a.recvbuf, a.count, nccl_type(a.dtype), comm_, s);
+        return ncclAllGather(a.sendbuf, a.recvbuf, a.count, data_type(a.dtype), comm_, s);
       });
     }
     const size_t element = hvd_dtype_size(a.dtype);
@@ -257,7 +187,7 @@ class NcclBackend {
       uint64_t offset = 0;
       for (int r = 0; r < size_ && rc == ncclSuccess; ++r) {
         char* to = static_cast<char*>(a.recvbuf) + offset * element;
-        rc = ncclBroadcast(r == rank_ ? a.sendbuf : to, to, a.recv_counts[r], nccl_type(a.dtype), r,
+        rc = ncclBroadcast(r == rank_ ? a.sendbuf : to, to, a.recv_counts[r], data_type(a.dtype), r,
                            comm_, s);
         offset += a.recv_counts[r];
       }
@@ -273,10 +203,10 @@ class NcclBackend {
       uint64_t sent = 0, received = 0;
       for (int r = 0; r < size_ && rc == ncclSuccess; ++r) {
         rc = ncclSend(static_cast<const char*>(a.sendbuf) + sent * element, a.send_counts[r],
-                      nccl_type(a.dtype), r, comm_, s);
+                      data_type(a.dtype), r, comm_, s);
         if (rc == ncclSuccess) {
           rc = ncclRecv(static_cast<char*>(a.recvbuf) + received * element, a.recv_counts[r],
-                        nccl_type(a.dtype), r, comm_, s);
+                        data_type(a.dtype), r, comm_, s);
         }
         sent += a.send_counts[r];
         received += a.recv_counts[r];

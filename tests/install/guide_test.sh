@@ -56,6 +56,23 @@ done
 pkg-config --atleast-version=1.1 hvd-sdk || fail "hvd-sdk.pc is not at ABI 1.1"
 echo "ok: find_package(hvd X.Y) follows the ABI's promise"
 
+# hvd_add_backend fails the build of a plugin whose entry is not exported (no extern "C"), and
+# says what to do.
+mkdir no-extern-c
+printf '#include "hvd/backend.h"\nHVD_PLUGIN_EXPORT const hvd_backend_v1* hvd_backend_entry_v1(void) { return nullptr; }\n' \
+  > no-extern-c/p.cpp
+printf 'cmake_minimum_required(VERSION 3.22)\nproject(p LANGUAGES CXX)\nfind_package(hvd 1.1 REQUIRED)\nhvd_add_backend(p SOURCES p.cpp)\n' \
+  > no-extern-c/CMakeLists.txt
+cmake -S no-extern-c -B no-extern-c/build -G Ninja -DCMAKE_PREFIX_PATH="$HVD_PREFIX" >/dev/null
+if out=$(cmake --build no-extern-c/build 2>&1); then fail "a plugin without its entry built"; fi
+grep -q 'does not export hvd_backend_entry_v1: define it as extern "C"' <<<"$out" ||
+  fail "the entry check said: $out"
+[ ! -e no-extern-c/build/libhvd-backend-p.so ] || fail "the plugin without its entry was left"
+for doc in plugin-guide.md plugin-abi.md; do
+  [ -s "$HVD_PREFIX/share/doc/hvd/$doc" ] || fail "$doc is not installed"
+done
+echo "ok: a plugin without its entry does not build; the guide and the ABI are installed"
+
 for example in shm_c tcp_ring single_backend; do
   CC=clang CXX=clang++ cmake -S "$HVD_PREFIX/share/hvd/examples/$example" -B "clang-$example" \
       -G Ninja -DCMAKE_PREFIX_PATH="$HVD_PREFIX" -DCMAKE_C_FLAGS="-Wall -Wextra -Werror" \

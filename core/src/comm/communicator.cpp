@@ -1078,7 +1078,8 @@ Status Communicator::staged(const char* what, const hvd_collective_args& a, uint
     const std::string why = ": staging CUDA memory through host memory for backend '";
     return error(s.code(), what + why + plugin_.name + "': " + s.message());
   };
-  char* stage = staging_.reserve(std::max(in_offset + in_bytes, out_bytes), device_memory_, a.device);
+  char* stage =
+      staging_.reserve(std::max(in_offset + in_bytes, out_bytes), device_memory_, a.device);
   if (stage == nullptr)
     return failed(error(HVD_ERR_SYSTEM, "no host memory for the staging buffer"));
   // The copies are ordered after the caller's work on its stream, and waited for: the input must

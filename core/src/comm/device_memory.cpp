@@ -7,6 +7,8 @@
 
 #ifdef HVD_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "hvd/sdk/cuda_device.hpp"
 #endif
 
 namespace hvd::core {
@@ -23,48 +25,15 @@ Status check(cudaError_t rc, const char* what, int32_t device) {
                                    ")");
 }
 
-// Whether this thread has a current CUDA context. cudaGetDevice says 0 on a thread that never
-// chose a device (hvd's scheduler, runner and watchdog threads), and setting 0 back would create
-// a context on GPU 0 (since CUDA 12 setting a device starts its context): every rank's memory on
-// one GPU.
-bool thread_has_context() {
-  using GetCurrent = int (*)(void**);  // CUresult cuCtxGetCurrent(CUcontext*)
-  static const GetCurrent get_current = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      return GetCurrent{nullptr};
-    }
-    return reinterpret_cast<GetCurrent>(fn);
-  }();
-  void* context = nullptr;
-  return get_current != nullptr && get_current(&context) == 0 && context != nullptr;
-}
-
-// The calling thread works on `device` for a scope: a stream may be used only on its device, and
-// the application's own choice of device on that thread, where it made one, is restored after.
+// The calling thread works on `device` for a scope (hvd::sdk::OnCudaDevice), as a Status.
 class OnDevice {
  public:
-  explicit OnDevice(int32_t device) : device_(device) {
-    restore_ = thread_has_context();
-    status_ = check(cudaGetDevice(&previous_), "cudaGetDevice", device);
-    if (status_.ok() && previous_ != device) {
-      status_ = check(cudaSetDevice(device), "cudaSetDevice", device);
-    }
-  }
-  ~OnDevice() {
-    if (restore_ && status_.ok() && previous_ != device_) (void)cudaSetDevice(previous_);
-  }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
+  explicit OnDevice(int32_t device)
+      : on_(device), status_(check(on_.result(), "cudaSetDevice", device)) {}
   const Status& status() const { return status_; }
 
  private:
-  int32_t device_;
-  int previous_ = 0;
-  bool restore_ = false;
+  sdk::OnCudaDevice on_;
   Status status_;
 };
 

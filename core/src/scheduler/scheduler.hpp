@@ -221,7 +221,7 @@ class Scheduler {
   Negotiator negotiator_;
   std::unique_ptr<Timeline> timeline_;
   StagingBuffer fusion_buffer_;  // pinned once it has staged CUDA tensors
-  std::vector<char> scratch_;  // a reduce-scatter's padded or scaled input and output
+  std::vector<char> scratch_;    // a reduce-scatter's padded or scaled input and output
 
   // Shared with submitting threads. Entries live in list nodes from submission to completion
   // (the queue's nodes are spliced onto pending_), so views of their names stay valid.
