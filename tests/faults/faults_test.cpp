@@ -133,11 +133,15 @@ TEST_F(Faults, AFreedRequestIsAnErrorNeverACrash) {
   ASSERT_EQ(
       hvd_allreduce_async(comm, "x", &x, &x, HVD_INT32, 1, shape, HVD_SUM, 0, 0, nullptr, &request),
       HVD_SUCCESS);
+  // Host memory: ordering a stream after it is waiting for it (no stream is touched).
+  EXPECT_EQ(hvd_request_wait_on_stream(request, nullptr, 30), HVD_SUCCESS) << hvd_last_error();
   ASSERT_EQ(hvd_request_wait(request, 30), HVD_SUCCESS) << hvd_last_error();
   hvd_request_free(request);
   int done = 0;
   EXPECT_EQ(hvd_request_poll(request, &done), HVD_ERR_STATE);
   EXPECT_EQ(hvd_request_wait(request, 1), HVD_ERR_STATE);
+  EXPECT_EQ(hvd_request_wait_on_stream(request, nullptr, 1), HVD_ERR_STATE);
+  EXPECT_EQ(hvd_request_wait_on_stream(nullptr, nullptr, 1), HVD_ERR_INVALID_ARGUMENT);
   void* data = nullptr;
   int64_t first_dim = 0;
   EXPECT_EQ(hvd_request_output(request, &data, &first_dim), HVD_ERR_STATE);

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "comm/collectives.hpp"
-#include "comm/device_memory.hpp"
+#include "fake_gpu.hpp"
 #include "hvd/reduce.h"
 
 namespace hvd::testing {
@@ -28,7 +28,7 @@ class FakeWorld {
   explicit FakeWorld(int size) : size_(size), calls_(static_cast<size_t>(size)) {}
   int size() const { return size_; }
 
-  enum Kind { kAllreduce, kAllgather, kBroadcast };
+  enum Kind { kAllreduce, kAllgather, kBroadcast, kReduceScatter };
 
   Status run(int rank, Kind kind, const hvd_collective_args& a) {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -80,6 +80,20 @@ class FakeWorld {
       }
       return Status::success();
     }
+    if (first.kind == kReduceScatter) {  // count elements per rank: reduce them all, scatter
+      const uint64_t all = first.args.count * static_cast<uint64_t>(size_);
+      std::vector<char> sum(bytes * static_cast<size_t>(size_));
+      if (!sum.empty()) std::memcpy(sum.data(), calls_[0].args.sendbuf, sum.size());
+      for (int r = 1; r < size_; ++r) {
+        hvd_reduce(sum.data(), sum.data(), calls_[static_cast<size_t>(r)].args.sendbuf, all,
+                   first.args.dtype, first.args.op);
+      }
+      if (first.args.op == HVD_AVERAGE) hvd_divide(sum.data(), all, first.args.dtype, size_);
+      for (size_t r = 0; r < calls_.size(); ++r) {
+        if (bytes > 0) std::memcpy(calls_[r].args.recvbuf, sum.data() + r * bytes, bytes);
+      }
+      return Status::success();
+    }
     std::vector<char> result(first.kind == kAllgather ? bytes * size_ : bytes);
     switch (first.kind) {
       case kAllreduce:
@@ -99,6 +113,8 @@ class FakeWorld {
                         calls_[static_cast<size_t>(r)].args.sendbuf, bytes);
           }
         }
+        break;
+      case kReduceScatter:
         break;
       case kBroadcast: {
         const hvd_collective_args& root = calls_[static_cast<size_t>(first.args.root)].args;
@@ -126,8 +142,10 @@ class FakeWorld {
 // "device" buffers of these tests are host memory).
 class FakeRank final : public core::Collectives {
  public:
-  FakeRank(FakeWorld& world, int rank, bool takes_cuda = false)
-      : world_(world), rank_(rank), takes_cuda_(takes_cuda) {}
+  // With `gpu`, a collective on CUDA memory is queued on its stream there and runs when the fake
+  // device runs it (as NCCL's kernels do); without, at once.
+  FakeRank(FakeWorld& world, int rank, bool takes_cuda = false, FakeDeviceMemory* gpu = nullptr)
+      : world_(world), rank_(rank), takes_cuda_(takes_cuda), gpu_(gpu) {}
   bool takes_cuda_memory() const override { return takes_cuda_; }
   int rank() const override { return rank_; }
   int size() const override { return world_.size(); }
@@ -137,15 +155,26 @@ class FakeRank final : public core::Collectives {
     last_allreduce_recv = a.recvbuf;
     last_allreduce_memory = a.memory_type;
     last_allreduce_stream = a.stream;
-    return world_.run(rank_, FakeWorld::kAllreduce, a);
+    return run(FakeWorld::kAllreduce, a);
   }
   Status allgather(const hvd_collective_args& a) override {
     ++allgathers;
-    return world_.run(rank_, FakeWorld::kAllgather, a);
+    return run(FakeWorld::kAllgather, a);
   }
   Status broadcast(const hvd_collective_args& a) override {
     ++broadcasts;
-    return world_.run(rank_, FakeWorld::kBroadcast, a);
+    return run(FakeWorld::kBroadcast, a);
+  }
+  Status reduce_scatter(const hvd_collective_args& a) override {
+    return run(FakeWorld::kReduceScatter, a);
+  }
+  void abort(const Status& why) override {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    if (aborted.ok()) aborted = why;
+  }
+  Status aborted_with() {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    return aborted;
   }
 
   std::atomic<int> allreduces{0}, allgathers{0}, broadcasts{0};
@@ -155,59 +184,19 @@ class FakeRank final : public core::Collectives {
   std::atomic<void*> last_allreduce_stream{nullptr};
 
  private:
+  Status run(FakeWorld::Kind kind, const hvd_collective_args& a) {
+    if (gpu_ == nullptr || a.memory_type != HVD_MEMORY_CUDA) return world_.run(rank_, kind, a);
+    // The device reports what goes wrong there through its events; a mismatch here is a
+    // scheduler bug, which the test sees in the results.
+    return gpu_->enqueue(a.device, a.stream, [this, kind, a] { (void)world_.run(rank_, kind, a); });
+  }
+
   FakeWorld& world_;
   int rank_;
   bool takes_cuda_;
-};
-
-// CUDA memory where there is no GPU: "device" buffers are host memory. Counts the copies and
-// bytes each way, and which streams were left with copies not waited for. With `fail`, every
-// call fails, as the CUDA runtime does without a driver.
-class FakeDeviceMemory final : public core::DeviceMemory {
- public:
-  Status copy(void* dst, const void* src, size_t bytes, int32_t device, void* stream) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (fail) return Status(HVD_ERR_SYSTEM, "fake: no CUDA device");
-    if (bytes > 0) std::memcpy(dst, src, bytes);
-    ++copies;
-    bytes_copied += bytes;
-    devices.insert(device);
-    unsynchronized.insert({device, stream});
-    return Status::success();
-  }
-  Status synchronize(int32_t device, void* stream) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (fail) return Status(HVD_ERR_SYSTEM, "fake: no CUDA device");
-    devices.insert(device);
-    unsynchronized.erase({device, stream});
-    return Status::success();
-  }
-
-  // Pinned memory is ordinary memory here, counted; with `fail` there is none (as without a GPU).
-  void* allocate_pinned(size_t bytes, int32_t /*device*/) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (fail) return nullptr;
-    ++pinned_allocations;
-    ++pinned_live;
-    return std::malloc(bytes);
-  }
-  void free_pinned(void* pointer) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    --pinned_live;
-    std::free(pointer);
-  }
-
-  // Read once the copies are done.
-  bool fail = false;
-  int pinned_allocations = 0;
-  int pinned_live = 0;
-  int copies = 0;
-  uint64_t bytes_copied = 0;
-  std::set<int32_t> devices;
-  std::set<std::pair<int32_t, void*>> unsynchronized;  // streams copied on, not waited for
-
- private:
-  std::mutex mutex_;
+  FakeDeviceMemory* gpu_;
+  std::mutex abort_mutex_;
+  Status aborted;
 };
 
 }  // namespace hvd::testing

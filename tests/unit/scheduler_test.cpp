@@ -46,9 +46,10 @@ class Job {
   Job(int size, SchedulerOptions options, bool data_takes_cuda = false)
       : data_(size), control_(size) {
     for (int r = 0; r < size; ++r) {
-      data_ranks.push_back(std::make_unique<FakeRank>(data_, r, data_takes_cuda));
-      control_ranks.push_back(std::make_unique<FakeRank>(control_, r));
       device_memory.push_back(std::make_unique<FakeDeviceMemory>());
+      data_ranks.push_back(
+          std::make_unique<FakeRank>(data_, r, data_takes_cuda, device_memory.back().get()));
+      control_ranks.push_back(std::make_unique<FakeRank>(control_, r));
     }
     for (int r = 0; r < size; ++r) {
       options.device_memory = device_memory[static_cast<size_t>(r)].get();
@@ -556,31 +557,302 @@ TEST(Scheduler, CudaTensorsOnAHostBackendAreStagedOneByOneWhenTheyDoNotFuse) {
   EXPECT_EQ(staged_cuda_allreduces(8, 5), 5);  // 12 bytes each, over the threshold
 }
 
-TEST(Scheduler, ABackendThatTakesCudaMemoryGetsTheTensorsAsTheyAre) {
-  Job job(2, fast_options(), /*data_takes_cuda=*/true);
-  int stream;
+// ---- the device executor (a backend that takes CUDA memory) -----------------------------------
+
+Submission allgather(const std::string& name, const void* send, void* recv, hvd_dtype dtype,
+                     std::vector<int64_t> shape);
+
+// Integer-valued data in `dtype` (all of them exact in fp16 and bf16 up to 256).
+std::vector<char> values_in(hvd_dtype dtype, const std::vector<double>& values) {
+  std::vector<char> out(values.size() * hvd_dtype_size(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float f = static_cast<float>(values[i]);
+    switch (dtype) {
+      case HVD_FLOAT16:
+        reinterpret_cast<uint16_t*>(out.data())[i] = hvd_float_to_float16(f);
+        break;
+      case HVD_BFLOAT16:
+        reinterpret_cast<uint16_t*>(out.data())[i] = hvd_float_to_bfloat16(f);
+        break;
+      case HVD_FLOAT32:
+        reinterpret_cast<float*>(out.data())[i] = f;
+        break;
+      default:
+        reinterpret_cast<double*>(out.data())[i] = values[i];
+        break;
+    }
+  }
+  return out;
+}
+
+// Three ranks, each on its own device (rank r on device r + 1), submit `count` CUDA tensors of
+// `dtype` from two producer streams as one group, scaled by 0.5 and 4. Exact results; one backend
+// call on hvd's own stream, in the device's fusion buffer; one copy-and-scale launch per 128
+// tensors each way; one wait per producer stream; nothing misused, nothing left behind.
+void device_fused_allreduces(hvd_dtype dtype, int count) {
+  SchedulerOptions o = fast_options();
+  Job job(3, o, /*data_takes_cuda=*/true);
+  int streams[2];  // their addresses stand for two cudaStream_t of the application's
   job.each([&](int rank) {
-    std::vector<float> in(4, static_cast<float>(rank + 1)), out(4, 0);
-    Submission s = allreduce("native", in.data(), out.data(), HVD_FLOAT32, {4});
-    s.spec.memory = HVD_MEMORY_CUDA;
-    s.spec.device = 0;
-    s.stream = &stream;
-    Submission scaled = s;
-    scaled.name = "scaled";
-    scaled.spec.postscale = 2;
-    auto refused = job.at(rank).submit(std::move(scaled));
-    ASSERT_FALSE(refused.ok());
-    EXPECT_EQ(refused.status().code(), HVD_ERR_INVALID_ARGUMENT);
-    EXPECT_EQ(refused.status().message(),
-              "ALLREDUCE 'scaled': scale factors on CUDA tensors are not supported yet on a "
-              "backend that takes CUDA memory");
-    const Status status = submit_and_wait(job.at(rank), std::move(s));
-    ASSERT_TRUE(status.ok()) << status.to_string();
-    EXPECT_EQ(out, std::vector<float>(4, 3));
+    const int32_t device = rank + 1;
+    std::vector<std::vector<char>> in, out;
+    std::vector<Submission> group;
+    for (int k = 0; k < count; ++k) {
+      const size_t elements = 1 + static_cast<size_t>(k % 5);  // odd sizes: unaligned packing
+      in.push_back(values_in(dtype, std::vector<double>(elements, 2 * (rank + 1) + k % 7)));
+      out.push_back(values_in(dtype, std::vector<double>(elements, -1)));
+    }
+    for (int k = 0; k < count; ++k) {
+      const size_t i = static_cast<size_t>(k);
+      Submission s = allreduce("t" + std::to_string(k), in[i].data(), out[i].data(), dtype,
+                               {static_cast<int64_t>(in[i].size() / hvd_dtype_size(dtype))});
+      s.spec.memory = HVD_MEMORY_CUDA;
+      s.spec.device = device;
+      s.stream = &streams[k % 2];
+      s.spec.prescale = 0.5;
+      s.spec.postscale = 4;
+      group.push_back(std::move(s));
+    }
+    {
+      auto done = job.at(rank).submit_group(std::move(group));
+      ASSERT_TRUE(done.ok()) << done.status().to_string();
+      for (auto& c : *done) {
+        const Status status = c->wait(kWait);
+        ASSERT_TRUE(status.ok()) << status.to_string();
+      }
+    }
+    for (int k = 0; k < count; ++k) {
+      // ((2 + j) + (4 + j) + (6 + j)) x 0.5 x 4, j = k % 7
+      const size_t i = static_cast<size_t>(k);
+      const auto want = values_in(
+          dtype, std::vector<double>(out[i].size() / hvd_dtype_size(dtype), 24.0 + 6.0 * (k % 7)));
+      EXPECT_EQ(out[i], want) << "tensor " << k << ", " << hvd_dtype_name(dtype);
+    }
     const FakeRank& backend = *job.data_ranks[static_cast<size_t>(rank)];
     EXPECT_EQ(backend.last_allreduce_memory, HVD_MEMORY_CUDA);
-    EXPECT_EQ(backend.last_allreduce_stream, &stream);
-    EXPECT_EQ(job.device_memory[static_cast<size_t>(rank)]->copies, 0);
+    EXPECT_NE(backend.last_allreduce_stream, &streams[0]);  // hvd's own stream
+    EXPECT_NE(backend.last_allreduce_stream, &streams[1]);
+    FakeDeviceMemory& gpu = *job.device_memory[static_cast<size_t>(rank)];
+    const size_t launches_each_way = (static_cast<size_t>(count) + 127) / 128;
+    EXPECT_EQ(gpu.launches, 2 * launches_each_way);
+    EXPECT_EQ(gpu.spans_copied, 2u * static_cast<size_t>(count));
+    EXPECT_EQ(gpu.waits, 2);   // the latest ready event of each producer stream
+    EXPECT_EQ(gpu.copies, 0);  // nothing staged through host memory
+    EXPECT_EQ(gpu.device_allocations, 1);
+    EXPECT_TRUE(gpu.misuse.empty()) << gpu.misuse.front();
+  });
+  EXPECT_EQ(job.data_allreduces(), 1);
+  for (auto& s : job.schedulers) s->shutdown();
+  job.schedulers.clear();
+  for (auto& gpu : job.device_memory) {
+    EXPECT_EQ(gpu->events_live(), 0);  // the pool's, and the batch's once its requests went
+    EXPECT_EQ(gpu->device_bytes_live(), 0u);
+    EXPECT_EQ(gpu->streams_live, 0);
+    EXPECT_TRUE(gpu->misuse.empty()) << gpu->misuse.front();
+  }
+}
+
+TEST(DeviceExecutor, FusesCudaTensorsOnTheDeviceWithTheirScaleFactorsInEveryFloatingDtype) {
+  for (hvd_dtype dtype : {HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64}) {
+    device_fused_allreduces(dtype, 7);
+  }
+}
+
+TEST(DeviceExecutor, PacksManyTensorsWithOneLaunchPer128) {
+  device_fused_allreduces(HVD_FLOAT32, 300);
+}
+
+// One rank, the device paused: the request is settled (queued on the device) but not done until
+// the device has run it; the collective runs after what the producer's stream queued before the
+// submission, and streams ordered after the request run after it, the producer's own included
+// (the next step's write: were the request waiting for all of the producer's work, not just what
+// came before it, the two would wait for each other forever).
+TEST(DeviceExecutor, ARequestCompletesWhenTheDeviceHasRunItsWorkAfterItsProducers) {
+  Job job(1, fast_options(), /*data_takes_cuda=*/true);
+  FakeDeviceMemory& gpu = *job.device_memory[0];
+  int producer, consumer;  // two application streams
+  std::vector<float> in(5, -1), out(5, 0);
+  gpu.pause();
+  ASSERT_TRUE(gpu.enqueue(0, &producer, [&] { in.assign(5, 7); }).ok());
+  Submission s = allreduce("grad", in.data(), out.data(), HVD_FLOAT32, {5});
+  s.spec.memory = HVD_MEMORY_CUDA;
+  s.spec.device = 0;
+  s.stream = &producer;
+  s.spec.postscale = 3;
+  auto done = job.at(0).submit(std::move(s));
+  ASSERT_TRUE(done.ok()) << done.status().to_string();
+  while (job.at(0).stats().tensors == 0) std::this_thread::sleep_for(1ms);  // settled
+  EXPECT_FALSE((*done)->done());
+  const Status early = (*done)->wait(std::chrono::milliseconds(20));
+  EXPECT_EQ(early.code(), HVD_ERR_TIMEOUT) << early.to_string();
+  // Ordered after the request without the host waiting for the device.
+  ASSERT_TRUE((*done)->order_stream(&producer, kWait).ok());
+  ASSERT_TRUE(gpu.enqueue(0, &producer, [&] { in.assign(5, 99); }).ok());
+  ASSERT_TRUE((*done)->order_stream(&consumer, kWait).ok());
+  std::vector<float> seen;
+  ASSERT_TRUE(gpu.enqueue(0, &consumer, [&] { seen = out; }).ok());
+  EXPECT_TRUE(seen.empty());
+  gpu.resume();
+  EXPECT_TRUE((*done)->done());
+  ASSERT_TRUE((*done)->wait(kWait).ok());
+  EXPECT_EQ(out, std::vector<float>(5, 21));
+  EXPECT_EQ(seen, out);
+  EXPECT_EQ(in, std::vector<float>(5, 99));
+  EXPECT_TRUE(gpu.misuse.empty()) << gpu.misuse.front();
+}
+
+TEST(DeviceExecutor, AnErrorOnTheDeviceIsTheRequestsStatus) {
+  Job job(1, fast_options(), /*data_takes_cuda=*/true);
+  FakeDeviceMemory& gpu = *job.device_memory[0];
+  std::vector<float> in(2, 1), out(2, 0);
+  gpu.pause();
+  Submission s = allreduce("grad", in.data(), out.data(), HVD_FLOAT32, {2});
+  s.spec.memory = HVD_MEMORY_CUDA;
+  s.spec.device = 0;
+  auto done = job.at(0).submit(std::move(s));
+  ASSERT_TRUE(done.ok());
+  while (job.at(0).stats().tensors == 0) std::this_thread::sleep_for(1ms);
+  gpu.break_device(Status(HVD_ERR_SYSTEM, "fake: an illegal memory access"));
+  const Status failed = (*done)->wait(kWait);
+  EXPECT_EQ(failed.code(), HVD_ERR_SYSTEM);
+  EXPECT_EQ(failed.message(), "on the device: fake: an illegal memory access");
+  EXPECT_TRUE((*done)->done());
+  gpu.break_device(Status::success());
+  gpu.resume();
+}
+
+// Broadcast, allgather and an unfused allreduce on the device: hvd's stream, after the ready
+// event, completed by an event.
+TEST(DeviceExecutor, OtherCollectivesRunOnHvdsStreamAfterTheirProducers) {
+  SchedulerOptions o = fast_options();
+  o.fusion_threshold = 0;
+  Job job(2, o, /*data_takes_cuda=*/true);
+  int producer;
+  job.each([&](int rank) {
+    FakeDeviceMemory& gpu = *job.device_memory[static_cast<size_t>(rank)];
+    std::vector<int32_t> in(3, -1), gathered(6, 0), broadcast(3, 0), reduced(3, 0);
+    ASSERT_TRUE(gpu.enqueue(rank, &producer, [&, rank] { in.assign(3, 10 + rank); }).ok());
+    std::vector<Submission> group;
+    group.push_back(allgather("gather", in.data(), gathered.data(), HVD_INT32, {3}));
+    group.push_back(allreduce("bcast", in.data(), broadcast.data(), HVD_INT32, {3}));
+    group.back().spec.type = OpType::kBroadcast;
+    group.back().spec.root = 1;
+    group.push_back(allreduce("sum", in.data(), reduced.data(), HVD_INT32, {3}));
+    for (Submission& s : group) {
+      s.spec.memory = HVD_MEMORY_CUDA;
+      s.spec.device = rank;
+      s.stream = &producer;
+    }
+    {
+      auto done = job.at(rank).submit_group(std::move(group));
+      ASSERT_TRUE(done.ok()) << done.status().to_string();
+      for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
+    }
+    EXPECT_EQ(gathered, std::vector<int32_t>({10, 10, 10, 11, 11, 11}));
+    EXPECT_EQ(broadcast, std::vector<int32_t>(3, 11));
+    EXPECT_EQ(reduced, std::vector<int32_t>(3, 21));
+    EXPECT_EQ(gpu.waits, 3);
+    EXPECT_EQ(gpu.launches, 0u);  // nothing to pack or scale
+    EXPECT_TRUE(gpu.misuse.empty()) << gpu.misuse.front();
+  });
+}
+
+TEST(DeviceExecutor, ARanksCudaTensorsAreOnOneDeviceAndATensorElsewhereFailsOnEveryRank) {
+  Job job(2, fast_options(), /*data_takes_cuda=*/true);
+  job.each([&](int rank) {
+    std::vector<float> in(2, 1), out(2, 0);
+    Submission first = allreduce("first", in.data(), out.data(), HVD_FLOAT32, {2});
+    first.spec.memory = HVD_MEMORY_CUDA;
+    first.spec.device = rank;
+    ASSERT_TRUE(submit_and_wait(job.at(rank), first).ok());
+    Submission other = first;
+    other.name = "other";
+    if (rank == 1) other.spec.device = 3;
+    const Status failed = submit_and_wait(job.at(rank), other);
+    EXPECT_EQ(failed.code(), HVD_ERR_INVALID_ARGUMENT) << failed.to_string();
+    EXPECT_NE(failed.message().find("ALLREDUCE 'other': it is on CUDA device 3, this "
+                                    "communicator's CUDA tensors on device 1"),
+              std::string::npos)
+        << failed.message();
+  });
+}
+
+TEST(DeviceExecutor, ARankWhoseDeviceCannotOrderATensorFailsItOnEveryRank) {
+  Job job(2, fast_options(), /*data_takes_cuda=*/true);
+  job.device_memory[0]->fail = true;
+  job.each([&](int rank) {
+    std::vector<float> in(2, 1), out(2, 0);
+    Submission s = allreduce("grad", in.data(), out.data(), HVD_FLOAT32, {2});
+    s.spec.memory = HVD_MEMORY_CUDA;
+    s.spec.device = 0;
+    const Status failed = submit_and_wait(job.at(rank), s);
+    EXPECT_EQ(failed.code(), HVD_ERR_SYSTEM) << failed.to_string();
+    EXPECT_NE(failed.message().find("ALLREDUCE 'grad': ordering it after its stream's work: "
+                                    "fake: no CUDA device"),
+              std::string::npos)
+        << failed.message();
+  });
+  EXPECT_EQ(job.data_allreduces(), 0);
+}
+
+// Horovod's uneven split with scale factors, on the device: the blocks padded in device scratch
+// by the copy-and-scale kernel, reduced, this rank's rows copied out and scaled.
+TEST(DeviceExecutor, AnUnevenScaledReduceScatterRunsOnTheDevice) {
+  Job job(3, fast_options(), /*data_takes_cuda=*/true);
+  job.each([&](int rank) {
+    // 7 rows of 2: ranks get 3, 2, 2 rows. Row i of rank r holds (r + 1) * (i + 1).
+    std::vector<double> in;
+    for (int i = 0; i < 7; ++i) in.insert(in.end(), 2, (rank + 1) * (i + 1));
+    const size_t mine = rank == 0 ? 3 : 2;
+    std::vector<double> out(2 * mine, -1);
+    Submission s = allreduce("rs", in.data(), out.data(), HVD_FLOAT64, {7, 2});
+    s.spec.type = OpType::kReduceScatter;
+    s.spec.memory = HVD_MEMORY_CUDA;
+    s.spec.device = rank;
+    s.spec.prescale = 2;
+    s.spec.postscale = 0.5;
+    const Status status = submit_and_wait(job.at(rank), s);
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    const size_t first_row = rank == 0 ? 0 : rank == 1 ? 3 : 5;
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(out[i], 6.0 * static_cast<double>(first_row + i / 2 + 1)) << "rank " << rank;
+    }
+    FakeDeviceMemory& gpu = *job.device_memory[static_cast<size_t>(rank)];
+    EXPECT_EQ(gpu.launches, 2u);  // the blocks in, this rank's rows out
+    EXPECT_TRUE(gpu.misuse.empty()) << gpu.misuse.front();
+  });
+}
+
+// A larger batch outgrows the fusion buffer: the old one is freed once the device is past it.
+TEST(DeviceExecutor, AnOutgrownFusionBufferIsFreedOnceTheDeviceIsPastIt) {
+  Job job(2, fast_options(), /*data_takes_cuda=*/true);
+  job.each([&](int rank) {
+    for (int64_t n : {4, 4000}) {
+      std::vector<float> a(static_cast<size_t>(n), 1), b(static_cast<size_t>(n), 2), out(a.size()),
+          out2(a.size());
+      std::vector<Submission> group;
+      group.push_back(allreduce("a", a.data(), out.data(), HVD_FLOAT32, {n}));
+      group.push_back(allreduce("b", b.data(), out2.data(), HVD_FLOAT32, {n}));
+      for (Submission& s : group) {
+        s.spec.memory = HVD_MEMORY_CUDA;
+        s.spec.device = 0;
+      }
+      auto done = job.at(rank).submit_group(std::move(group));
+      ASSERT_TRUE(done.ok());
+      for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
+      EXPECT_EQ(out, std::vector<float>(a.size(), 2));
+      EXPECT_EQ(out2, std::vector<float>(a.size(), 4));
+    }
+    FakeDeviceMemory& gpu = *job.device_memory[static_cast<size_t>(rank)];
+    EXPECT_EQ(gpu.device_allocations, 2);
+  });
+  job.each([&](int rank) {  // the next batch's sweep frees the outgrown one
+    std::vector<float> a(1, 1), out(1);
+    Submission s = allreduce("c", a.data(), out.data(), HVD_FLOAT32, {1});
+    s.spec.memory = HVD_MEMORY_CUDA;
+    s.spec.device = 0;
+    ASSERT_TRUE(submit_and_wait(job.at(rank), s).ok());
+    EXPECT_EQ(job.device_memory[static_cast<size_t>(rank)]->device_bytes_live(), 1u);
   });
 }
 

@@ -253,11 +253,24 @@ HVD_API hvd_status hvd_alltoall_async(hvd_comm* comm, const char* name, const vo
  * an older hvd.h, whose hvd_tensor is smaller, passes its own array as it is. */
 HVD_API hvd_status hvd_grouped_async(hvd_comm* comm, const hvd_tensor* tensors, size_t count,
                                      hvd_request** requests);
-/* *done = 1 once the request has completed (then wait returns at once), else 0. */
+/* *done = 1 once the request has completed (then wait returns at once), else 0. A request on
+ * CUDA memory completes once its work has run on the device, not when it was queued there. */
 HVD_API hvd_status hvd_request_poll(hvd_request* request, int* done);
 /* Waits until the request completes and returns its status (its message: hvd_last_error()).
- * A timeout_seconds >= 0 bounds the wait: HVD_ERR_TIMEOUT then, and the operation goes on. */
+ * A timeout_seconds >= 0 bounds the wait: HVD_ERR_TIMEOUT then, and the operation goes on. An
+ * error on the device (a CUDA error its completion event reports) is the request's status. */
 HVD_API hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds);
+/* 1.1. CUDA tensors on a backend that takes CUDA memory (NCCL) run on a stream of hvd's, after
+ * the work queued on the placement's stream when they were submitted. Instead of waiting on the
+ * host, an application may order its own stream after a request: this waits (up to
+ * timeout_seconds, if >= 0) until hvd has queued the operation on the device, makes the work
+ * queued on `stream` (a cudaStream_t of the request's device) from then on run after it, and
+ * returns without waiting for the device. It returns the operation's error if it failed before
+ * reaching the device. A request without device work (host memory, or CUDA memory staged for a
+ * host backend) is waited for as by hvd_request_wait. Until the request completes, other streams
+ * must not write its input or read its output unless ordered after it so. */
+HVD_API hvd_status hvd_request_wait_on_stream(hvd_request* request, void* stream,
+                                              double timeout_seconds);
 /* An allgather or alltoall submitted with recvbuf NULL, once it succeeded: *data is the output
  * (host memory, valid until hvd_request_free) and *first_dim its first dimension (the rows it
  * received from every rank, summed); its other dimensions are the submitted ones. HVD_ERR_STATE

@@ -73,6 +73,13 @@ class Request {
     const hvd_status code = hvd_request_wait(request_, timeout_seconds);
     return code == HVD_SUCCESS ? Status::success() : Status(code, hvd_last_error());
   }
+  // CUDA tensors on a backend that takes CUDA memory: `stream` (a cudaStream_t) runs what is
+  // queued on it from now on after the operation, without the host waiting for the device
+  // (hvd_request_wait_on_stream).
+  Status wait_on_stream(void* stream, double timeout_seconds = -1) const {
+    const hvd_status code = hvd_request_wait_on_stream(request_, stream, timeout_seconds);
+    return code == HVD_SUCCESS ? Status::success() : Status(code, hvd_last_error());
+  }
 
   // An allgather submitted without a recv buffer, once it succeeded: the gathered tensor hvd
   // allocated (valid while this Request lives) and its first dimension, the ranks' summed.

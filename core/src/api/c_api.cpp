@@ -1009,6 +1009,15 @@ hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds) {
   });
 }
 
+hvd_status hvd_request_wait_on_stream(hvd_request* request, void* stream, double timeout_seconds) {
+  return guarded([&] {
+    if (request == nullptr) return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request is NULL");
+    const auto completion = completion_of(request);
+    if (!completion) return unknown_request();
+    return completion->order_stream(stream, std::chrono::duration<double>(timeout_seconds));
+  });
+}
+
 hvd_status hvd_request_output(hvd_request* request, void** data, int64_t* first_dim) {
   return guarded([&] {
     if (request == nullptr || data == nullptr || first_dim == nullptr) {

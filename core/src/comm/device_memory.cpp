@@ -9,6 +9,9 @@
 #include <cuda_runtime_api.h>
 
 #include "hvd/sdk/cuda_device.hpp"
+#ifdef HVD_WITH_CUDA_KERNELS
+#include "comm/copy_scaled.hpp"
+#endif
 #endif
 
 namespace hvd::core {
@@ -67,6 +70,86 @@ class CudaRuntime final : public DeviceMemory {
     return check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize",
                  device);
   }
+
+  Result<void*> create_stream(int32_t device) override {
+    const OnDevice on(device);
+    HVD_RETURN_IF_ERROR(on.status());
+    cudaStream_t stream = nullptr;
+    // Non-blocking: hvd's work does not wait for the legacy default stream's, nor it for hvd's.
+    HVD_RETURN_IF_ERROR(check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                              "cudaStreamCreateWithFlags", device));
+    return static_cast<void*>(stream);
+  }
+  void destroy_stream(void* stream, int32_t device) override {
+    const OnDevice on(device);
+    (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+  }
+  Result<void*> create_event(int32_t device) override {
+    const OnDevice on(device);
+    HVD_RETURN_IF_ERROR(on.status());
+    cudaEvent_t event = nullptr;
+    HVD_RETURN_IF_ERROR(check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                              "cudaEventCreateWithFlags", device));
+    return static_cast<void*>(event);
+  }
+  void destroy_event(void* event, int32_t device) override {
+    const OnDevice on(device);
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  }
+  Status record(void* event, int32_t device, void* stream) override {
+    const OnDevice on(device);
+    HVD_RETURN_IF_ERROR(on.status());
+    return check(
+        cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)),
+        "cudaEventRecord", device);
+  }
+  Result<bool> query(void* event, int32_t device) override {
+    const OnDevice on(device);
+    HVD_RETURN_IF_ERROR(on.status());
+    const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (rc == cudaErrorNotReady) return false;
+    HVD_RETURN_IF_ERROR(check(rc, "cudaEventQuery", device));
+    return true;
+  }
+  Status wait_event(int32_t device, void* stream, void* event) override {
+    const OnDevice on(device);
+    HVD_RETURN_IF_ERROR(on.status());
+    return check(
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
+        "cudaStreamWaitEvent", device);
+  }
+  void* allocate_device(size_t bytes, int32_t device) override {
+    const OnDevice on(device);
+    if (!on.status().ok()) return nullptr;
+    void* pointer = nullptr;
+    if (cudaMalloc(&pointer, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return pointer;
+  }
+  void free_device(void* pointer, int32_t device) override {
+    const OnDevice on(device);
+    (void)cudaFree(pointer);
+  }
+  Status copy_scaled(const CopySpan* spans, size_t count, hvd_dtype dtype, double factor,
+                     int32_t device, void* stream) override {
+#ifndef HVD_WITH_CUDA_KERNELS
+    (void)spans, (void)count, (void)dtype, (void)factor, (void)device, (void)stream;
+    return error(HVD_ERR_UNSUPPORTED,
+                 "the copy-and-scale kernel: this hvd was built without a CUDA compiler");
+#else
+    const OnDevice on(device);
+    HVD_RETURN_IF_ERROR(on.status());
+    for (size_t first = 0; first < count; first += kSpansPerLaunch) {
+      const size_t n = std::min(kSpansPerLaunch, count - first);
+      HVD_RETURN_IF_ERROR(check(
+          static_cast<cudaError_t>(launch_copy_scaled(spans + first, n, dtype, factor, stream)),
+          "the copy-and-scale kernel's launch", device));
+    }
+    return Status::success();
+#endif
+  }
 };
 
 #else
@@ -77,6 +160,18 @@ class CudaRuntime final : public DeviceMemory {
   Status synchronize(int32_t, void*) override { return unavailable(); }
   void* allocate_pinned(size_t, int32_t) override { return nullptr; }
   void free_pinned(void*) override {}
+  Result<void*> create_stream(int32_t) override { return unavailable(); }
+  void destroy_stream(void*, int32_t) override {}
+  Result<void*> create_event(int32_t) override { return unavailable(); }
+  void destroy_event(void*, int32_t) override {}
+  Status record(void*, int32_t, void*) override { return unavailable(); }
+  Result<bool> query(void*, int32_t) override { return unavailable(); }
+  Status wait_event(int32_t, void*, void*) override { return unavailable(); }
+  void* allocate_device(size_t, int32_t) override { return nullptr; }
+  void free_device(void*, int32_t) override {}
+  Status copy_scaled(const CopySpan*, size_t, hvd_dtype, double, int32_t, void*) override {
+    return unavailable();
+  }
 
  private:
   static Status unavailable() {

@@ -1,9 +1,13 @@
-// device_memory.hpp — copies between host memory and CUDA devices' memory.
+// device_memory.hpp — the one place that talks to the CUDA runtime, behind an interface so that
+// everything built on it is unit-tested on machines without a GPU (tests/unit/fake_gpu.hpp).
 //
-// A backend that takes host memory only (Gloo, MPI) still runs collectives on CUDA tensors: hvd
-// stages them through a host buffer (the communicator for one call, the scheduler's fusion
-// buffer for fused allreduces), a StagingBuffer. This is the one place that talks to the CUDA
-// runtime for it, and an interface so that the staging is unit-tested on machines without a GPU.
+// Two users: staging, and the device executor.
+// - A backend that takes host memory only (Gloo, MPI) still runs collectives on CUDA tensors:
+//   hvd stages them through a host buffer (the communicator for one call, the scheduler's fusion
+//   buffer for fused allreduces), a StagingBuffer.
+// - A backend that takes CUDA memory (NCCL) gets the scheduler's CUDA tensors through the device
+//   executor (scheduler/device_executor.hpp): streams, events, device memory and one batched
+//   copy-and-scale kernel.
 #ifndef HVD_CORE_COMM_DEVICE_MEMORY_HPP
 #define HVD_CORE_COMM_DEVICE_MEMORY_HPP
 
@@ -11,8 +15,16 @@
 #include <cstdint>
 
 #include "hvd/sdk/result.hpp"
+#include "hvd/types.h"
 
 namespace hvd::core {
+
+// One tensor of a batched copy: `count` elements from src to dst.
+struct CopySpan {
+  void* dst;
+  const void* src;
+  uint64_t count;
+};
 
 class DeviceMemory {
  public:
@@ -33,6 +45,51 @@ class DeviceMemory {
     HVD_RETURN_IF_ERROR(copy(dst, src, bytes, device, stream));
     return synchronize(device, stream);
   }
+
+  // ---- Work ordered on streams (the device executor's). Events and streams are opaque handles
+  // (cudaEvent_t, cudaStream_t) of the device they were created on.
+  virtual Result<void*> create_stream(int32_t device) = 0;
+  virtual void destroy_stream(void* stream, int32_t device) = 0;
+  virtual Result<void*> create_event(int32_t device) = 0;
+  virtual void destroy_event(void* event, int32_t device) = 0;
+  // The event captures the work queued on `stream` so far: it completes once that has run.
+  virtual Status record(void* event, int32_t device, void* stream) = 0;
+  // Whether the work `event` captured has run; an error is what went wrong on the device.
+  virtual Result<bool> query(void* event, int32_t device) = 0;
+  // Work queued on `stream` from now on runs after what `event` captured; the host goes on.
+  virtual Status wait_event(int32_t device, void* stream, void* event) = 0;
+  // Memory of `device` (cudaMalloc), or null where none is had. Freed with free_device, which
+  // the caller makes sure runs after the work that uses it.
+  virtual void* allocate_device(size_t bytes, int32_t device) = 0;
+  virtual void free_device(void* pointer, int32_t device) = 0;
+  // Queued on `stream` as one kernel launch per kSpansPerLaunch spans: for each span, dst =
+  // src x factor. factor 1 copies (any dtype); other factors need a floating dtype, scaled as the
+  // host scales (fp16 and bf16 through float). A span's dst may be its src; spans do not overlap
+  // one another otherwise.
+  virtual Status copy_scaled(const CopySpan* spans, size_t count, hvd_dtype dtype, double factor,
+                             int32_t device, void* stream) = 0;
+  static constexpr size_t kSpansPerLaunch = 128;  // what one launch's parameters hold (4 KiB)
+};
+
+// An event with what made it: destroyed with its last holder (a fused batch's requests share
+// the event that completes them).
+class DeviceEvent {
+ public:
+  DeviceEvent(DeviceMemory& runtime, void* event, int32_t device)
+      : runtime_(runtime), event_(event), device_(device) {}
+  ~DeviceEvent() { runtime_.destroy_event(event_, device_); }
+  DeviceEvent(const DeviceEvent&) = delete;
+  DeviceEvent& operator=(const DeviceEvent&) = delete;
+
+  Result<bool> query() const { return runtime_.query(event_, device_); }
+  // Work queued on `stream` (of this event's device) from now on runs after this event's.
+  Status order(void* stream) const { return runtime_.wait_event(device_, stream, event_); }
+  int32_t device() const { return device_; }
+
+ private:
+  DeviceMemory& runtime_;
+  void* event_;
+  int32_t device_;
 };
 
 // The CUDA runtime's. In a build without the CUDA toolkit every call fails, saying so.

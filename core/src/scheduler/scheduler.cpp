@@ -112,13 +112,23 @@ Result<SchedulerOptions> SchedulerOptions::from_env(const EnvLookup& env) {
 // ---- Completion ---------------------------------------------------------------------------
 
 bool Completion::done() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_;
+  std::unique_lock<std::mutex> lock(mutex_);
+  return done_locked();
 }
 
-Status Completion::wait(std::chrono::duration<double> timeout) const {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (done_) return status_;
+bool Completion::done_locked() const {
+  if (!done_) return false;
+  if (!on_device_) return true;
+  const Result<bool> ran = on_device_->query();
+  if (ran.ok() && !*ran) return false;
+  if (!ran.ok() && status_.ok()) status_ = ran.status().with_context("on the device");
+  on_device_.reset();
+  return true;
+}
+
+bool Completion::wait_settled(std::unique_lock<std::mutex>& lock,
+                              std::chrono::duration<double> timeout) const {
+  if (done_) return true;
   // Lock order: a completion's mutex, then the scheduler's.
   const auto count = [&](int change) {
     waiters_ += change;
@@ -129,16 +139,53 @@ Status Completion::wait(std::chrono::duration<double> timeout) const {
     cv_.wait(lock, [&] { return done_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
     count(-1);
-    return error(HVD_ERR_TIMEOUT, "the operation did not complete within " +
-                                      std::to_string(timeout.count()) + " s (it goes on)");
+    return false;
+  }
+  return true;
+}
+
+namespace {
+Status not_within(std::chrono::duration<double> timeout) {
+  return error(HVD_ERR_TIMEOUT, "the operation did not complete within " +
+                                    std::to_string(timeout.count()) + " s (it goes on)");
+}
+}  // namespace
+
+Status Completion::wait(std::chrono::duration<double> timeout) const {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!wait_settled(lock, timeout)) return not_within(timeout);
+  // Then the device: polled, as a CUDA event cannot be waited for with a limit. The first polls
+  // come quickly (a step's last allreduce is often about to finish), then every millisecond.
+  auto pause = std::chrono::microseconds(20);
+  while (!done_locked()) {
+    if (timeout.count() >= 0 && std::chrono::steady_clock::now() - start >= timeout) {
+      return not_within(timeout);
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    lock.lock();
   }
   return status_;
 }
 
-bool Completion::settle(const Status& status) {
+Status Completion::order_stream(void* stream, std::chrono::duration<double> timeout) const {
+  std::shared_ptr<const DeviceEvent> on_device;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!wait_settled(lock, timeout)) return not_within(timeout);
+    if (!status_.ok() || !on_device_) return status_;  // done: nothing left on a device
+    on_device = on_device_;
+  }
+  return on_device->order(stream);
+}
+
+bool Completion::settle(const Status& status, std::shared_ptr<const DeviceEvent> on_device) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (done_) return false;
   status_ = status;
+  if (status.ok()) on_device_ = std::move(on_device);
   done_ = true;
   if (waiters_ > 0) {  // they stop waiting now, and the scheduler may be gone once they look
     scheduler_.waiting(-waiters_);
@@ -147,8 +194,8 @@ bool Completion::settle(const Status& status) {
   return true;
 }
 
-void Completion::complete(Status status) {
-  if (settle(status)) cv_.notify_all();
+void Completion::complete(Status status, std::shared_ptr<const DeviceEvent> on_device) {
+  if (settle(status, std::move(on_device))) cv_.notify_all();
 }
 
 void Completion::set_output(std::unique_ptr<char[]> data, int64_t first_dim) {
@@ -184,8 +231,9 @@ Status Completion::output(void** data, int64_t* first_dim) const {
 }
 
 void Completion::complete_all(const std::vector<std::shared_ptr<Completion>>& all,
-                              const Status& status) {
-  for (const auto& c : all) c->settle(status);
+                              const Status& status,
+                              const std::shared_ptr<const DeviceEvent>& on_device) {
+  for (const auto& c : all) c->settle(status, on_device);
   for (const auto& c : all) c->cv_.notify_all();
 }
 
@@ -207,6 +255,9 @@ Scheduler::Scheduler(Collectives& data, Collectives& control, SchedulerOptions o
       options_(std::move(options)),
       negotiator_(control.rank(), control.size(), options_.cache_capacity) {
   if (options_.device_memory == nullptr) options_.device_memory = &cuda_memory();
+  if (data_.takes_cuda_memory()) {
+    device_executor_ = std::make_unique<DeviceExecutor>(*options_.device_memory);
+  }
 }
 
 Scheduler::~Scheduler() {
@@ -276,11 +327,11 @@ Status Scheduler::prepare(Submission& s) const {
     const uint64_t row = rows == 0 ? 0 : elements / static_cast<uint64_t>(rows);
     const int64_t mine = rows / size + (control_.rank() < rows % size ? 1 : 0);
     receives = static_cast<uint64_t>(mine) * row;
-    if (spec.memory != HVD_MEMORY_HOST &&
+    if (data_.stages(spec.memory) &&
         (rows % size != 0 || spec.prescale != 1 || spec.postscale != 1)) {
       return invalid(
-          "a reduce-scatter of CUDA memory needs a first dimension that divides by the ranks "
-          "and no scale factors (not supported yet)");
+          "a reduce-scatter of CUDA memory on a backend that takes host memory only needs a "
+          "first dimension that divides by the ranks and no scale factors (not supported yet)");
     }
   }
   if (spec.type == OpType::kAlltoall) {
@@ -320,6 +371,15 @@ Status Scheduler::prepare(Submission& s) const {
   if (spec.memory != HVD_MEMORY_HOST && spec.memory != HVD_MEMORY_CUDA) {
     return invalid("memory type " + std::to_string(spec.memory) + " is not an hvd_memory_type");
   }
+  if (on_device(spec)) {
+    if (spec.device < 0) return invalid("a CUDA tensor needs a device ordinal, not -1");
+    int32_t fixed = -1;
+    if (!cuda_device_.compare_exchange_strong(fixed, spec.device) && fixed != spec.device) {
+      return invalid("it is on CUDA device " + std::to_string(spec.device) +
+                     ", this communicator's CUDA tensors on device " + std::to_string(fixed) +
+                     ": its backend drives one device (NCCL binds one per communicator)");
+    }
+  }
   if (spec.type == OpType::kAllgather) {
     // By default a recv buffer is sized for equal shapes: the ranks times this rank's elements.
     if (allocated) {
@@ -344,12 +404,6 @@ Status Scheduler::prepare(Submission& s) const {
     if (factor != 1 && !is_float(spec.dtype)) {
       return invalid(std::string("scale factors need a floating-point dtype, not ") +
                      hvd_dtype_name(spec.dtype));
-    }
-    // Staged tensors are scaled in the fusion buffer; hvd has no device kernels yet.
-    if (factor != 1 && spec.memory != HVD_MEMORY_HOST && !data_.stages(spec.memory)) {
-      return invalid(
-          "scale factors on CUDA tensors are not supported yet on a backend that "
-          "takes CUDA memory");
     }
   }
   return Status::success();
@@ -376,12 +430,23 @@ uint64_t group_id_of(const std::vector<Submission>& group) {
 
 Result<std::shared_ptr<Completion>> Scheduler::submit(Submission&& submission) {
   if (submission.name.empty()) return error(HVD_ERR_INVALID_ARGUMENT, "a tensor needs a name");
-  const Status checked = prepare(submission);
+  Status checked = prepare(submission);
+  DeviceExecutor::Ready ready;
+  if (checked.ok() && on_device(submission.spec)) {
+    Result<DeviceExecutor::Ready> recorded = ready_event(submission);
+    if (recorded.ok()) ready = *recorded;
+    checked = recorded.status();
+  }
   std::shared_ptr<Completion> completion;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    HVD_RETURN_IF_ERROR(admit_locked(submission.name));
-    completion = queue_locked(std::move(submission), Clock::now());
+    std::unique_lock<std::mutex> lock(mutex_);
+    const Status admitted = admit_locked(submission.name);
+    if (!admitted.ok()) {
+      lock.unlock();
+      if (device_executor_) device_executor_->release(ready, submission.spec.device);
+      return admitted;
+    }
+    completion = queue_locked(std::move(submission), Clock::now(), ready);
     if (checked.ok()) return completion;
     queue_.back().local_error = checked;
   }
@@ -397,20 +462,40 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
     const Status mine = prepare(s);
     if (checked.ok() && !mine.ok()) checked = mine.with_context("in a group");
   }
+  std::vector<DeviceExecutor::Ready> ready(group.size());
+  const auto release_ready = [&] {
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (device_executor_) device_executor_->release(ready[i], group[i].spec.device);
+    }
+  };
+  for (size_t i = 0; i < group.size() && checked.ok(); ++i) {
+    if (!on_device(group[i].spec)) continue;
+    Result<DeviceExecutor::Ready> recorded = ready_event(group[i]);
+    if (recorded.ok()) ready[i] = *recorded;
+    checked = recorded.status().with_context("in a group");
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   std::unordered_set<std::string_view> in_group;
   for (const Submission& s : group) {
-    HVD_RETURN_IF_ERROR(admit_locked(s.name));
-    if (group.size() > 1 && !in_group.insert(s.name).second) return duplicate(s.name);
+    Status admitted = admit_locked(s.name);
+    if (admitted.ok() && group.size() > 1 && !in_group.insert(s.name).second) {
+      admitted = duplicate(s.name);
+    }
+    if (!admitted.ok()) {
+      lock.unlock();
+      release_ready();
+      return admitted;
+    }
   }
   const uint64_t group_id = group.size() > 1 ? group_id_of(group) : 0;
   std::vector<std::shared_ptr<Completion>> out;
   out.reserve(group.size());
   const auto now = Clock::now();
-  for (Submission& s : group) {
+  for (size_t i = 0; i < group.size(); ++i) {
+    Submission& s = group[i];
     s.spec.group = group_id;
     s.spec.group_size = group_id ? static_cast<uint32_t>(group.size()) : 0;
-    out.push_back(queue_locked(std::move(s), now));
+    out.push_back(queue_locked(std::move(s), now, ready[i]));
     if (!checked.ok()) queue_.back().local_error = checked;
   }
   if (checked.ok()) return out;
@@ -432,7 +517,17 @@ Status Scheduler::admit_locked(const std::string& name) const {
   return Status::success();
 }
 
-std::shared_ptr<Completion> Scheduler::queue_locked(Submission&& s, Clock::time_point now) {
+Result<DeviceExecutor::Ready> Scheduler::ready_event(const Submission& s) {
+  Result<DeviceExecutor::Ready> ready = device_executor_->record_ready(s.spec.device, s.stream);
+  if (!ready.ok()) {
+    return ready.status().with_context(std::string(op_type_name(s.spec.type)) + " '" + s.name +
+                                       "': ordering it after its stream's work");
+  }
+  return ready;
+}
+
+std::shared_ptr<Completion> Scheduler::queue_locked(Submission&& s, Clock::time_point now,
+                                                    const DeviceExecutor::Ready& ready) {
   if (queue_.empty() || waiting_ > 0) work_arrived_.notify_one();  // the cycle may wait for it
   if (spare_.empty()) spare_.emplace_back();
   queue_.splice(queue_.end(), spare_, spare_.begin());
@@ -443,6 +538,7 @@ std::shared_ptr<Completion> Scheduler::queue_locked(Submission&& s, Clock::time_
   e.negotiated = {};
   e.sent = false;
   e.local_error = Status::success();
+  e.ready = ready;
   e.elements = e.what.spec.elements();
   e.self = std::prev(queue_.end());  // stays valid when spliced onto pending_
   if (spare_names_.empty()) {
@@ -709,12 +805,12 @@ void Scheduler::execute(std::vector<Verdict> ready) {
       continue;
     }
     const TensorSpec& s = e.what.spec;
-    const bool in_host_memory = s.memory == HVD_MEMORY_HOST || data_.stages(s.memory);
-    const bool fusable = s.type == OpType::kAllreduce && in_host_memory &&
-                         options_.fusion_threshold > 0 && e.bytes() <= options_.fusion_threshold;
+    const bool fusable = s.type == OpType::kAllreduce && options_.fusion_threshold > 0 &&
+                         e.bytes() <= options_.fusion_threshold;
     if (!fusable) {
-      if (s.type == OpType::kAllreduce && data_.stages(s.memory)) {
-        // Through the fusion buffer even alone: that is its host memory.
+      if (s.type == OpType::kAllreduce && s.memory == HVD_MEMORY_CUDA) {
+        // Staged: through the fusion buffer even alone, as that is its host memory. On the
+        // device: the device executor scales it.
         std::vector<Entry*> alone{&e};
         run_fused(alone);
       } else {
@@ -783,6 +879,10 @@ Status Scheduler::stage(const std::vector<Entry*>& batch, bool in) {
 void Scheduler::run_fused(std::vector<Entry*>& batch) {
   if (batch.empty()) return;
   const TensorSpec& s = batch.front()->what.spec;
+  if (on_device(s)) {
+    run_on_device(batch);
+    return;
+  }
   const bool staged_batch = data_.stages(s.memory);
   if (batch.size() == 1 && !staged_batch) {
     run_alone(*batch.front());
@@ -871,10 +971,72 @@ void Scheduler::run_fused(std::vector<Entry*>& batch) {
   batch.clear();
 }
 
+void Scheduler::run_on_device(std::vector<Entry*>& batch) {
+  const TensorSpec& s = batch.front()->what.spec;
+  std::vector<DeviceExecutor::Tensor> tensors;
+  tensors.reserve(batch.size());
+  for (const Entry* e : batch) {
+    tensors.push_back({e->what.send, e->what.recv, e->elements, e->ready});
+  }
+  const auto start = Clock::now();
+  const Submission& first = batch.front()->what;
+  auto reduce = [&](const void* send, void* recv, uint64_t count, void* stream) {
+    hvd_collective_args a = args_for(first, send, recv, count);
+    a.stream = stream;
+    ++backend_calls_;
+    return data_.allreduce(a);
+  };
+  const Result<DeviceExecutor::Done> done =
+      device_executor_->allreduce(tensors, s.dtype, s.prescale, s.postscale, s.device, reduce);
+  if (!done.ok()) fail_device(done.status());
+  if (timeline_) {
+    const auto end = Clock::now();
+    for (const Entry* e : batch) {
+      timeline_->span(e->what.name, "QUEUE", e->negotiated, start);
+      timeline_->span(e->what.name, "ALLREDUCE", start, end);  // queued on the device
+    }
+  }
+  finish(batch, done.status(), done.ok() ? *done : nullptr);
+  batch.clear();
+}
+
+void Scheduler::fail_device(const Status& status) {
+  // This rank may have queued only part of the batch's work: its next backend call would pair
+  // with its peers' earlier one. Broken, as a backend error breaks the communicator.
+  data_.abort(status);
+}
+
 void Scheduler::run_alone(Entry& e) {
+  if (on_device(e.what.spec)) {
+    // Queued on hvd's stream after the tensor's ready event: the backend gets that stream.
+    const auto start = Clock::now();
+    const Result<DeviceExecutor::Done> done =
+        device_executor_->run(e.ready, e.what.spec.device, [&](void* stream) {
+          e.what.stream = stream;
+          return run_collective(e);
+        });
+    ++backend_calls_;
+    if (!done.ok()) fail_device(done.status());
+    if (timeline_) {
+      timeline_->span(e.what.name, "QUEUE", e.negotiated, start);
+      timeline_->span(e.what.name, op_type_name(e.what.spec.type), start, Clock::now());
+    }
+    finish(&e, done.status(), done.ok() ? *done : nullptr);
+    return;
+  }
+  const auto start = Clock::now();
+  const Status status = run_collective(e);
+  ++backend_calls_;
+  if (timeline_) {
+    timeline_->span(e.what.name, "QUEUE", e.negotiated, start);
+    timeline_->span(e.what.name, op_type_name(e.what.spec.type), start, Clock::now());
+  }
+  finish(&e, status);
+}
+
+Status Scheduler::run_collective(Entry& e) {
   const Submission& w = e.what;
   const uint64_t count = e.elements;
-  const auto start = Clock::now();
   Status status;
   switch (w.spec.type) {
     case OpType::kAllreduce: {
@@ -900,12 +1062,7 @@ void Scheduler::run_alone(Entry& e) {
       status = run_alltoall(e);
       break;
   }
-  ++backend_calls_;
-  if (timeline_) {
-    timeline_->span(w.name, "QUEUE", e.negotiated, start);
-    timeline_->span(w.name, op_type_name(w.spec.type), start, Clock::now());
-  }
-  finish(&e, status);
+  return status;
 }
 
 // The submission's recv buffer, or (recvbuf NULL) one of `bytes` hvd allocates into *allocated.
@@ -959,27 +1116,44 @@ Status Scheduler::run_reduce_scatter(Entry& e) {
   // Horovod's split: rows = q * n + m, and the first m ranks get one row more.
   const uint64_t q = rows / n, m = rows % n;
   const uint64_t mine = (q + (rank < m ? 1 : 0)) * row;
+  // Host memory is scaled here; CUDA memory on the device executor's stream, by its kernel.
+  const bool device = on_device(spec);
+  const auto copy_scaled = [&](const std::vector<CopySpan>& spans, double factor) {
+    if (device) {
+      if (factor == 1 && spans.size() == 1 && spans[0].dst == spans[0].src)
+        return Status::success();
+      return options_.device_memory->copy_scaled(spans.data(), spans.size(), spec.dtype, factor,
+                                                 spec.device, w.stream);
+    }
+    for (const CopySpan& c : spans) scale(c.dst, c.src, c.count, spec.dtype, factor);
+    return Status::success();
+  };
   if (m == 0 && spec.prescale == 1) {
-    const Status s = data_.reduce_scatter(args_for(w, w.send, w.recv, q * row));
-    if (s.ok()) scale(w.recv, w.recv, mine, spec.dtype, spec.postscale);
-    return s;
+    HVD_RETURN_IF_ERROR(data_.reduce_scatter(args_for(w, w.send, w.recv, q * row)));
+    return copy_scaled({{w.recv, w.recv, mine}}, spec.postscale);
   }
-  // Uneven or prescaled (host memory: prepare() refuses the others): every rank's block padded
+  // Uneven or prescaled (staged CUDA memory: prepare() refuses these): every rank's block padded
   // to q + 1 rows in a buffer of hvd's, scaled on the way in, and this rank's rows copied out.
   const uint64_t block = (m == 0 ? q : q + 1) * row;
   const size_t in_bytes = n * block * element;
-  scratch_.assign(in_bytes + block * element, 0);
-  char* in = scratch_.data();
+  char* in = nullptr;
+  if (device) {
+    HVD_ASSIGN_OR_RETURN(in, device_executor_->scratch(spec.device, in_bytes + block * element));
+  } else {
+    scratch_.assign(in_bytes + block * element, 0);
+    in = scratch_.data();
+  }
   char* out = in + in_bytes;
+  std::vector<CopySpan> blocks;
   const char* from = static_cast<const char*>(w.send);
   for (uint64_t r = 0; r < n; ++r) {
     const uint64_t count = (q + (r < m ? 1 : 0)) * row;
-    scale(in + r * block * element, from, count, spec.dtype, spec.prescale);
+    blocks.push_back({in + r * block * element, from, count});
     from += count * element;
   }
+  HVD_RETURN_IF_ERROR(copy_scaled(blocks, spec.prescale));
   HVD_RETURN_IF_ERROR(data_.reduce_scatter(args_for(w, in, out, block)));
-  scale(w.recv, out, mine, spec.dtype, spec.postscale);
-  return Status::success();
+  return copy_scaled({{w.recv, out, mine}}, spec.postscale);
 }
 
 Status Scheduler::run_alltoall(Entry& e) {
@@ -1015,14 +1189,20 @@ Status Scheduler::run_alltoall(Entry& e) {
   return status;
 }
 
-void Scheduler::finish(Entry* e, const Status& status) { finish(std::vector<Entry*>{e}, status); }
+void Scheduler::finish(Entry* e, const Status& status, const DeviceExecutor::Done& done) {
+  finish(std::vector<Entry*>{e}, status, done);
+}
 
-void Scheduler::finish(const std::vector<Entry*>& entries, const Status& status) {
+void Scheduler::finish(const std::vector<Entry*>& entries, const Status& status,
+                       const DeviceExecutor::Done& done) {
   std::vector<std::shared_ptr<Completion>> completions;
   completions.reserve(entries.size());
   for (Entry* e : entries) {
     completions.push_back(std::move(e->completion));
     if (e->sent) sent_.erase(e->what.name);  // still there if it fails unanswered (fail_all)
+    // Its device work (if any) is queued after its ready event: the event may serve again.
+    if (device_executor_)
+      device_executor_->release(std::exchange(e->ready, {}), e->what.spec.device);
   }
   {
     // The names are free before anyone learns of the completions: a caller that waits and then
@@ -1039,7 +1219,7 @@ void Scheduler::finish(const std::vector<Entry*>& entries, const Status& status)
     }
   }
   tensors_ += completions.size();
-  Completion::complete_all(completions, status);
+  Completion::complete_all(completions, status, done);
 }
 
 Scheduler::Stats Scheduler::stats() const {
@@ -1066,7 +1246,10 @@ void Scheduler::fail_all(const Status& status) {
   for (Entry& e : pending_) entries.push_back(&e);
   finish(entries, status);
   held_.clear();
-  for (Entry& e : never_taken) e.completion->complete(status);
+  for (Entry& e : never_taken) {
+    if (device_executor_) device_executor_->release(e.ready, e.what.spec.device);
+    e.completion->complete(status);
+  }
 }
 
 }  // namespace hvd::core

@@ -29,6 +29,7 @@
 #include "comm/device_memory.hpp"
 #include "hvd/backend.h"
 #include "hvd/sdk/result.hpp"
+#include "scheduler/device_executor.hpp"
 #include "scheduler/negotiation.hpp"
 #include "scheduler/timeline.hpp"
 
@@ -53,18 +54,28 @@ struct SchedulerOptions {
 class Scheduler;
 
 // The end of one submitted operation; shared by the scheduler and the caller's handle.
+//
+// An operation is *settled* once the scheduler is done with it: failed, or run, or (CUDA tensors
+// on a backend that takes CUDA memory) queued on a device with an event after its work. It is
+// *done* once settled and that event, if any, has completed: then its results are there.
 class Completion {
  public:
   explicit Completion(Scheduler& scheduler) : scheduler_(scheduler) {}
   bool done() const;
-  // Waits up to `timeout` (forever if negative); HVD_ERR_TIMEOUT if it has not completed. The
-  // scheduler counts the caller as waiting meanwhile (see Scheduler::waiting).
+  // Waits up to `timeout` (forever if negative) until done; HVD_ERR_TIMEOUT if it is not. The
+  // scheduler counts the caller as waiting meanwhile (see Scheduler::waiting). An error on the
+  // device becomes the operation's status.
   Status wait(std::chrono::duration<double> timeout) const;
-  void complete(Status status);
+  // Waits up to `timeout` until settled; then work queued on `stream` (a cudaStream_t of the
+  // operation's device) runs after the operation's, and the host does not wait for the device.
+  // An operation without device work (host memory, staged) is waited for until done.
+  Status order_stream(void* stream, std::chrono::duration<double> timeout) const;
+  void complete(Status status, std::shared_ptr<const DeviceEvent> on_device = nullptr);
   // Completes every one, then wakes their waiters: a caller that waits on them in order wakes
   // once, not once per completion while the rest are still being completed.
   static void complete_all(const std::vector<std::shared_ptr<Completion>>& all,
-                           const Status& status);
+                           const Status& status,
+                           const std::shared_ptr<const DeviceEvent>& on_device = nullptr);
 
   // An allgather submitted without a recv buffer: the gathered tensor hvd allocated, and its
   // first dimension (the ranks', summed). Set by the scheduler before it completes; read once it
@@ -76,7 +87,14 @@ class Completion {
   Status received_splits(std::vector<int64_t>* splits) const;
 
  private:
-  bool settle(const Status& status);  // true if this call completed it
+  bool settle(const Status& status, std::shared_ptr<const DeviceEvent> on_device);
+  // Settled, waits up to `deadline` for the device event (if any): the operation's status then.
+  Status wait_for_device(std::chrono::steady_clock::time_point deadline) const;
+  // Under mutex_: settled and the device event seen complete (polled once more if not yet).
+  bool done_locked() const;
+  // Under mutex_: waits up to `timeout` (forever if negative) until settled.
+  bool wait_settled(std::unique_lock<std::mutex>& lock,
+                    std::chrono::duration<double> timeout) const;
 
   // Alive while this is not done: a scheduler completes everything it queued before it ends.
   // So a waiter is counted in and out by wait() while not done, and by settle() when done.
@@ -84,8 +102,10 @@ class Completion {
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   mutable int waiters_ = 0;  // threads in wait() counted in the scheduler
-  bool done_ = false;
-  Status status_;
+  bool done_ = false;        // settled
+  mutable Status status_;
+  // Completes the operation on its device; dropped once seen complete.
+  mutable std::shared_ptr<const DeviceEvent> on_device_;
   std::unique_ptr<char[]> output_;
   int64_t output_first_dim_ = -1;  // -1: no output allocated by hvd
   std::optional<std::vector<int64_t>> received_splits_;
@@ -163,6 +183,7 @@ class Scheduler {
     FirstDims first_dims;  // an allgather's, as negotiated
     bool sent = false;     // its request went to the message table (not waiting on a cache bit)
     Status local_error;    // it failed this rank's checks: negotiated only to fail everywhere
+    DeviceExecutor::Ready ready;      // a CUDA tensor's on a backend that takes CUDA memory
     std::list<Entry>::iterator self;  // its node in queue_, then in pending_
   };
   // A tensor found ready everywhere, with the group and error every rank agrees on.
@@ -179,7 +200,15 @@ class Scheduler {
   Status prepare(Submission& s) const;
   // Under mutex_: whether a tensor of this name may be queued now; then queue it.
   Status admit_locked(const std::string& name) const;
-  std::shared_ptr<Completion> queue_locked(Submission&& s, Timeline::Clock::time_point now);
+  std::shared_ptr<Completion> queue_locked(Submission&& s, Timeline::Clock::time_point now,
+                                           const DeviceExecutor::Ready& ready = {});
+  // Whether a tensor runs on the device executor: CUDA memory on a backend that takes it.
+  bool on_device(const TensorSpec& spec) const {
+    return spec.memory == HVD_MEMORY_CUDA && data_.takes_cuda_memory();
+  }
+  // A checked submission on the device executor: its ready event (none otherwise), or why none
+  // could be recorded.
+  Result<DeviceExecutor::Ready> ready_event(const Submission& s);
   static Status duplicate(const std::string& name);
   void loop();
   // The cycle clock. While this rank has tensors in flight, cycles follow each other a cycle time
@@ -197,16 +226,23 @@ class Scheduler {
   void stall_check(Timeline::Clock::time_point now);
   void execute(std::vector<Verdict> ready);
   void run_fused(std::vector<Entry*>& batch);
+  // A batch of CUDA allreduces (one or more) on the device executor.
+  void run_on_device(std::vector<Entry*>& batch);
   // Copies each entry's device buffer to or from its place in the fusion buffer, then waits.
   Status stage(const std::vector<Entry*>& batch, bool in);
   void run_alone(Entry& e);
+  Status run_collective(Entry& e);  // any but a fused allreduce, on the backend
+  // The device executor could not queue a batch's work: the communicator breaks.
+  void fail_device(const Status& status);
   Status run_allgather(Entry& e);
   Status run_reduce_scatter(Entry& e);
   static Result<void*> output_of(const Submission& w, uint64_t bytes,
                                  std::unique_ptr<char[]>* allocated);
   Status run_alltoall(Entry& e);
-  void finish(Entry* e, const Status& status);
-  void finish(const std::vector<Entry*>& entries, const Status& status);
+  void finish(Entry* e, const Status& status, const DeviceExecutor::Done& done = nullptr);
+  // `done`: the event after the entries' device work (they complete when it does).
+  void finish(const std::vector<Entry*>& entries, const Status& status,
+              const DeviceExecutor::Done& done = nullptr);
   void fail_all(const Status& status);
   // The communicators broke (or negotiation failed): abort both, so that peers learn at once,
   // and fail everything with the error that broke them.
@@ -220,8 +256,12 @@ class Scheduler {
   SchedulerOptions options_;
   Negotiator negotiator_;
   std::unique_ptr<Timeline> timeline_;
-  StagingBuffer fusion_buffer_;  // pinned once it has staged CUDA tensors
-  std::vector<char> scratch_;    // a reduce-scatter's padded or scaled input and output
+  StagingBuffer fusion_buffer_;                      // pinned once it has staged CUDA tensors
+  std::unique_ptr<DeviceExecutor> device_executor_;  // where the backend takes CUDA memory
+  // The device of this rank's CUDA tensors on such a backend: the first one submitted fixes it
+  // (NCCL binds one device per communicator); -1 before.
+  mutable std::atomic<int32_t> cuda_device_{-1};
+  std::vector<char> scratch_;  // a reduce-scatter's padded or scaled input and output
 
   // Shared with submitting threads. Entries live in list nodes from submission to completion
   // (the queue's nodes are spliced onto pending_), so views of their names stay valid.

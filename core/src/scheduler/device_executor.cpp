@@ -1,0 +1,211 @@
+#include "scheduler/device_executor.hpp"
+
+#include <algorithm>
+#include <string>
+#include <thread>
+
+#include "common/log.hpp"
+
+namespace hvd::core {
+namespace {
+
+constexpr size_t kAlignment = 16;  // each packed tensor's start: the copy kernel's vector width
+
+uint64_t aligned(uint64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+}  // namespace
+
+Result<DeviceExecutor::Ready> DeviceExecutor::record_ready(int32_t device, void* stream) {
+  void* event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    std::vector<void*>& idle = idle_events_[device];
+    if (!idle.empty()) {
+      event = idle.back();
+      idle.pop_back();
+    }
+  }
+  if (event == nullptr) {
+    HVD_ASSIGN_OR_RETURN(event, runtime_.create_event(device));
+  }
+  Ready ready{event, stream, 0};
+  ready.sequence = ++sequence_;  // after taking the event: recorded in this order on one stream
+  const Status recorded = runtime_.record(event, device, stream);
+  if (!recorded.ok()) {
+    release(ready, device);
+    return recorded;
+  }
+  return ready;
+}
+
+void DeviceExecutor::release(const Ready& ready, int32_t device) {
+  if (ready.event == nullptr) return;
+  std::lock_guard<std::mutex> lock(pool_mutex_);
+  idle_events_[device].push_back(ready.event);
+}
+
+Result<DeviceExecutor::PerDevice*> DeviceExecutor::on(int32_t device) {
+  PerDevice& d = devices_[device];
+  if (d.stream == nullptr) {
+    HVD_ASSIGN_OR_RETURN(d.stream, runtime_.create_stream(device));
+  }
+  free_retired(d, device, /*all=*/false);
+  return &d;
+}
+
+Status DeviceExecutor::order_after(const std::vector<const Ready*>& ready, int32_t device,
+                                   void* stream) {
+  // One wait per producer stream: its latest event covers the earlier ones.
+  std::vector<const Ready*> latest;
+  for (const Ready* r : ready) {
+    if (r->event == nullptr) continue;
+    auto same = std::find_if(latest.begin(), latest.end(),
+                             [&](const Ready* l) { return l->stream == r->stream; });
+    if (same == latest.end()) {
+      latest.push_back(r);
+    } else if ((*same)->sequence < r->sequence) {
+      *same = r;
+    }
+  }
+  for (const Ready* r : latest) HVD_RETURN_IF_ERROR(runtime_.wait_event(device, stream, r->event));
+  return Status::success();
+}
+
+Result<char*> DeviceExecutor::fusion_buffer(PerDevice& d, int32_t device, size_t bytes) {
+  if (bytes <= d.fusion_bytes) return static_cast<char*>(d.fusion);
+  if (d.fusion != nullptr) {
+    // The work queued on the stream may still use it: freed once an event after it completes.
+    HVD_ASSIGN_OR_RETURN(Done after, completed(device, d.stream));
+    d.retired.push_back({d.fusion, std::move(after)});
+    d.fusion = nullptr;
+    d.fusion_bytes = 0;
+  }
+  void* data = runtime_.allocate_device(bytes, device);
+  if (data == nullptr) {
+    return error(HVD_ERR_SYSTEM, "could not allocate a fusion buffer of " + std::to_string(bytes) +
+                                     " bytes on CUDA device " + std::to_string(device) +
+                                     " (HVD_FUSION_THRESHOLD bounds it)");
+  }
+  d.fusion = data;
+  d.fusion_bytes = bytes;
+  return static_cast<char*>(data);
+}
+
+Result<DeviceExecutor::Done> DeviceExecutor::completed(int32_t device, void* stream) {
+  HVD_ASSIGN_OR_RETURN(void* event, runtime_.create_event(device));
+  auto done = std::make_shared<const DeviceEvent>(runtime_, event, device);
+  HVD_RETURN_IF_ERROR(runtime_.record(event, device, stream));
+  return Done(std::move(done));
+}
+
+void DeviceExecutor::free_retired(PerDevice& d, int32_t device, bool all) {
+  auto keep = std::remove_if(d.retired.begin(), d.retired.end(), [&](const Retired& r) {
+    const Result<bool> ran = r.after->query();
+    if (!all && !(ran.ok() && *ran)) return false;
+    runtime_.free_device(r.data, device);
+    return true;
+  });
+  d.retired.erase(keep, d.retired.end());
+}
+
+Result<DeviceExecutor::Done> DeviceExecutor::allreduce(const std::vector<Tensor>& batch,
+                                                       hvd_dtype dtype, double prescale,
+                                                       double postscale, int32_t device,
+                                                       const Reduce& reduce) {
+  HVD_ASSIGN_OR_RETURN(PerDevice * d, on(device));
+  std::vector<const Ready*> ready;
+  ready.reserve(batch.size());
+  for (const Tensor& t : batch) ready.push_back(&t.ready);
+  HVD_RETURN_IF_ERROR(order_after(ready, device, d->stream));
+
+  if (batch.size() == 1) {
+    const Tensor& t = batch.front();
+    const void* send = t.send;
+    if (prescale != 1) {
+      const CopySpan in{t.recv, t.send, t.count};
+      HVD_RETURN_IF_ERROR(runtime_.copy_scaled(&in, 1, dtype, prescale, device, d->stream));
+      send = t.recv;
+    }
+    HVD_RETURN_IF_ERROR(reduce(send, t.recv, t.count, d->stream));
+    if (postscale != 1) {
+      const CopySpan out{t.recv, t.recv, t.count};
+      HVD_RETURN_IF_ERROR(runtime_.copy_scaled(&out, 1, dtype, postscale, device, d->stream));
+    }
+    return completed(device, d->stream);
+  }
+
+  const size_t element = hvd_dtype_size(dtype);
+  uint64_t total = 0;
+  for (const Tensor& t : batch) total += aligned(t.count * element);
+  HVD_ASSIGN_OR_RETURN(char* buffer, fusion_buffer(*d, device, std::max<uint64_t>(total, 1)));
+  std::vector<CopySpan> in, out;
+  in.reserve(batch.size());
+  out.reserve(batch.size());
+  uint64_t offset = 0;
+  for (const Tensor& t : batch) {
+    if (t.count > 0) {
+      in.push_back({buffer + offset, t.send, t.count});
+      out.push_back({t.recv, buffer + offset, t.count});
+    }
+    offset += aligned(t.count * element);
+  }
+  HVD_RETURN_IF_ERROR(
+      runtime_.copy_scaled(in.data(), in.size(), dtype, prescale, device, d->stream));
+  HVD_RETURN_IF_ERROR(reduce(buffer, buffer, total / element, d->stream));
+  HVD_RETURN_IF_ERROR(
+      runtime_.copy_scaled(out.data(), out.size(), dtype, postscale, device, d->stream));
+  return completed(device, d->stream);
+}
+
+Result<DeviceExecutor::Done> DeviceExecutor::run(const Ready& ready, int32_t device,
+                                                 const std::function<Status(void*)>& queue) {
+  HVD_ASSIGN_OR_RETURN(PerDevice * d, on(device));
+  HVD_RETURN_IF_ERROR(order_after({&ready}, device, d->stream));
+  HVD_RETURN_IF_ERROR(queue(d->stream));
+  return completed(device, d->stream);
+}
+
+Result<char*> DeviceExecutor::scratch(int32_t device, size_t bytes) {
+  HVD_ASSIGN_OR_RETURN(PerDevice * d, on(device));
+  return fusion_buffer(*d, device, std::max<size_t>(bytes, 1));
+}
+
+size_t DeviceExecutor::fusion_buffer_bytes(int32_t device) const {
+  const auto it = devices_.find(device);
+  return it == devices_.end() ? 0 : it->second.fusion_bytes;
+}
+
+DeviceExecutor::~DeviceExecutor() {
+  for (auto& [device, d] : devices_) {
+    if (d.stream == nullptr) continue;
+    // Bounded: a collective that never ends (a peer died inside NCCL's kernel and its
+    // communicator was not aborted) must not hang the process's exit.
+    bool drained = false;
+    const Result<Done> last = completed(device, d.stream);
+    const auto deadline = std::chrono::steady_clock::now() + kDrainLimit;
+    while (last.ok()) {
+      const Result<bool> ran = (*last)->query();
+      if (!ran.ok() || *ran) {
+        drained = true;  // done, or the device failed: nothing runs there any more either way
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!drained) {
+      log(HVD_LOG_WARNING, "CUDA device " + std::to_string(device) +
+                               ": hvd's work there did not finish within " +
+                               std::to_string(kDrainLimit.count()) +
+                               " s; its fusion buffers and stream are left allocated");
+      continue;
+    }
+    free_retired(d, device, /*all=*/true);
+    if (d.fusion != nullptr) runtime_.free_device(d.fusion, device);
+    runtime_.destroy_stream(d.stream, device);
+  }
+  for (auto& [device, idle] : idle_events_) {
+    for (void* event : idle) runtime_.destroy_event(event, device);
+  }
+}
+
+}  // namespace hvd::core
