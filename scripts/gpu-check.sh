@@ -115,12 +115,26 @@ run() {
   hvdrun -np 1 --backend nccl hvd-bench --mem cuda --baseline -b 1M -e 64M -f 4 -w 5 -n 20 \
     > "$out/bench-nccl.txt" 2>&1 || true
   row "hvd-bench nccl --mem cuda --baseline, 1 rank" "$(grep -c '^\[0\]<stdout>: *[0-9]' "$out/bench-nccl.txt" || true) rows (bench-nccl.txt)"
-  row "device executor, 1024 tensors" "not built yet (the NCCL issue, step 4)"
+  # hvd's own device code against the CUDA runtime: pinned staging, the device executor's
+  # batched copy-and-scale on 1024 tensors, its host time per tensor.
+  local gpu_bench="not built (no CUDA compiler where the bundle was made)"
+  if [ -x "$dir/libexec/hvd/hvd-gpu-bench" ]; then
+    local rc=0
+    "$dir/libexec/hvd/hvd-gpu-bench" > "$out/gpu-bench.txt" 2>&1 || rc=$?
+    case $rc in
+      0) gpu_bench="measured (below; gpu-bench.txt)" ;;
+      77) gpu_bench="skipped: $(grep -m1 -o 'no usable GPU: .*' "$out/gpu-bench.txt")" ;;
+      *) gpu_bench="FAIL, rc $rc (gpu-bench.txt)" ;;
+    esac
+  fi
+  row "hvd-gpu-bench (staging, device executor)" "$gpu_bench"
 
   echo "gpu-check: results (full outputs in $out)"
   printf '  %s\n' "${rows[@]}"
   echo
   grep -E '^\[0\]<stdout>: +[0-9]' "$out/bench-nccl.txt" | sed 's/^\[0\]<stdout>:/  nccl /' || true
+  [[ $gpu_bench == measured* ]] && sed 's/^/  /' "$out/gpu-bench.txt"
+  return 0
 }
 
 case "$mode" in

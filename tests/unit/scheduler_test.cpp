@@ -777,7 +777,46 @@ TEST(DeviceExecutor, ARanksCudaTensorsAreOnOneDeviceAndATensorElsewhereFailsOnEv
   });
 }
 
-TEST(DeviceExecutor, ARankWhoseDeviceCannotOrderATensorFailsItOnEveryRank) {
+// Where the executor cannot drive the device (no CUDA runtime or driver; here a device that fails
+// every call), CUDA tensors go to the backend as they are: on their stream, unfused, unscaled.
+TEST(DeviceExecutor, WithoutADeviceItCanDriveCudaTensorsGoToTheBackendAsTheyAre) {
+  Job job(2, fast_options(), /*data_takes_cuda=*/true);
+  for (auto& gpu : job.device_memory) gpu->fail = true;
+  int stream;
+  job.each([&](int rank) {
+    std::vector<float> a(3, 1.0f + rank), b(2, 5), out_a(3), out_b(2);
+    std::vector<Submission> group;
+    group.push_back(allreduce("a", a.data(), out_a.data(), HVD_FLOAT32, {3}));
+    group.push_back(allreduce("b", b.data(), out_b.data(), HVD_FLOAT32, {2}));
+    for (Submission& s : group) {
+      s.spec.memory = HVD_MEMORY_CUDA;
+      s.spec.device = 0;
+      s.stream = &stream;
+    }
+    Submission scaled = group.front();
+    scaled.name = "scaled";
+    scaled.spec.prescale = 2;
+    {
+      auto done = job.at(rank).submit_group(std::move(group));
+      ASSERT_TRUE(done.ok()) << done.status().to_string();
+      for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
+    }
+    EXPECT_EQ(out_a, std::vector<float>(3, 3));
+    EXPECT_EQ(out_b, std::vector<float>(2, 10));
+    const FakeRank& backend = *job.data_ranks[static_cast<size_t>(rank)];
+    EXPECT_EQ(backend.last_allreduce_stream, &stream);  // the application's own
+    EXPECT_EQ(backend.last_allreduce_memory, HVD_MEMORY_CUDA);
+    const Status refused = submit_and_wait(job.at(rank), scaled);
+    EXPECT_EQ(refused.code(), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(refused.message(),
+              "ALLREDUCE 'scaled': scale factors on CUDA tensors need hvd's device executor, "
+              "which cannot run here: fake: no CUDA device");
+  });
+  EXPECT_EQ(job.data_allreduces(), 2);  // unfused
+}
+
+// Ranks that would take the two paths apart fail the tensor alike, rather than batch apart.
+TEST(DeviceExecutor, RanksThatDisagreeOnTheDevicePathFailAlike) {
   Job job(2, fast_options(), /*data_takes_cuda=*/true);
   job.device_memory[0]->fail = true;
   job.each([&](int rank) {
@@ -786,9 +825,8 @@ TEST(DeviceExecutor, ARankWhoseDeviceCannotOrderATensorFailsItOnEveryRank) {
     s.spec.memory = HVD_MEMORY_CUDA;
     s.spec.device = 0;
     const Status failed = submit_and_wait(job.at(rank), s);
-    EXPECT_EQ(failed.code(), HVD_ERR_SYSTEM) << failed.to_string();
-    EXPECT_NE(failed.message().find("ALLREDUCE 'grad': ordering it after its stream's work: "
-                                    "fake: no CUDA device"),
+    EXPECT_EQ(failed.code(), HVD_ERR_MISMATCH) << failed.to_string();
+    EXPECT_NE(failed.message().find("Mismatched ALLREDUCE CUDA paths for tensor 'grad'"),
               std::string::npos)
         << failed.message();
   });

@@ -15,6 +15,12 @@ uint64_t aligned(uint64_t bytes) { return (bytes + kAlignment - 1) / kAlignment 
 
 }  // namespace
 
+Status DeviceExecutor::probe(int32_t device) {
+  HVD_ASSIGN_OR_RETURN(void* event, runtime_.create_event(device));
+  release({event, nullptr, 0}, device);  // the first ready event's
+  return Status::success();
+}
+
 Result<DeviceExecutor::Ready> DeviceExecutor::record_ready(int32_t device, void* stream) {
   void* event = nullptr;
   {

@@ -38,6 +38,9 @@ class DeviceExecutor {
   DeviceExecutor(const DeviceExecutor&) = delete;
   DeviceExecutor& operator=(const DeviceExecutor&) = delete;
 
+  // Whether it can drive `device` (an event made and destroyed there): the runtime's reason if not.
+  Status probe(int32_t device);
+
   // What a tensor's collective waits for: the work queued on its producer's stream when it was
   // submitted.
   struct Ready {

@@ -99,9 +99,9 @@ uint64_t TensorSpec::elements() const {
 
 bool TensorSpec::operator==(const TensorSpec& o) const {
   return type == o.type && dtype == o.dtype && shape == o.shape && op == o.op && root == o.root &&
-         memory == o.memory && device == o.device && prescale == o.prescale &&
-         postscale == o.postscale && group == o.group && group_size == o.group_size &&
-         output_capacity == o.output_capacity && splits == o.splits;
+         memory == o.memory && device == o.device && device_executor == o.device_executor &&
+         prescale == o.prescale && postscale == o.postscale && group == o.group &&
+         group_size == o.group_size && output_capacity == o.output_capacity && splits == o.splits;
 }
 
 std::vector<char> serialize(const std::vector<Request>& requests) {
@@ -117,6 +117,7 @@ std::vector<char> serialize(const std::vector<Request>& requests) {
     w.put(static_cast<int32_t>(s.op));
     w.put(s.root);
     w.put(static_cast<int32_t>(s.memory));
+    w.put(static_cast<uint8_t>(s.device_executor ? 1 : 0));
     w.put(s.device);
     w.put(s.prescale);
     w.put(s.postscale);
@@ -138,14 +139,16 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
   if (!r.get(&count)) return corrupt();
   // The count comes from a peer: one the bytes cannot hold is refused before it sizes anything.
   // Every request takes at least its fixed fields (serialize(): name length, type, dtype, ndim,
-  // op, root, memory, device, prescale, postscale, group, group size, output capacity, splits).
-  constexpr size_t kMinRequestBytes = 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 4 + 8 + 4;
+  // op, root, memory, device executor, device, prescale, postscale, group, group size, output
+  // capacity, splits).
+  constexpr size_t kMinRequestBytes = 4 + 1 + 4 + 4 + 4 + 4 + 4 + 1 + 4 + 8 + 8 + 8 + 4 + 8 + 4;
   if (count > (size - sizeof count) / kMinRequestBytes) return corrupt();
   std::vector<Request> out(count);
   for (Request& req : out) {
     TensorSpec& s = req.spec;
     uint8_t type = 0;
     int32_t dtype = 0, op = 0, memory = 0;
+    uint8_t device_executor = 0;
     uint32_t ndim = 0;
     if (!r.get_string(&req.name) || !r.get(&type) || !r.get(&dtype) || !r.get(&ndim) || ndim > 64) {
       return corrupt();
@@ -154,9 +157,10 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
     for (int64_t& d : s.shape) {
       if (!r.get(&d)) return corrupt();
     }
-    if (!r.get(&op) || !r.get(&s.root) || !r.get(&memory) || !r.get(&s.device) ||
-        !r.get(&s.prescale) || !r.get(&s.postscale) || !r.get(&s.group) || !r.get(&s.group_size) ||
-        !r.get(&s.output_capacity) || type >= kOpTypeCount) {
+    if (!r.get(&op) || !r.get(&s.root) || !r.get(&memory) || !r.get(&device_executor) ||
+        device_executor > 1 || !r.get(&s.device) || !r.get(&s.prescale) || !r.get(&s.postscale) ||
+        !r.get(&s.group) || !r.get(&s.group_size) || !r.get(&s.output_capacity) ||
+        type >= kOpTypeCount) {
       return corrupt();
     }
     uint32_t nsplits = 0;
@@ -172,6 +176,7 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
     s.dtype = static_cast<hvd_dtype>(dtype);
     s.op = static_cast<hvd_reduce_op>(op);
     s.memory = static_cast<hvd_memory_type>(memory);
+    s.device_executor = device_executor != 0;
   }
   return out;
 }
@@ -227,6 +232,11 @@ std::string Negotiator::mismatch(const std::string& name, const TensorSpec& a,
     return "Mismatched " + op + " memory kinds" + tensor + "One rank sent a tensor in " +
            memory_text(a.memory) + ", but another rank sent a tensor in " + memory_text(b.memory) +
            ".";
+  }
+  if (a.device_executor != b.device_executor) {
+    return "Mismatched " + op + " CUDA paths" + tensor +
+           "One rank runs it on hvd's device executor, but another rank cannot drive its device "
+           "and hands it to the backend as it is (that rank's log says why).";
   }
   if (a.prescale != b.prescale) {
     return "Mismatched " + op + " prescale factors" + tensor + "One rank sent factor " +

@@ -46,6 +46,9 @@ struct TensorSpec {
   int32_t root = 0;            // broadcast
   hvd_memory_type memory = HVD_MEMORY_HOST;
   int32_t device = -1;
+  // CUDA memory on a backend that takes it: run by hvd's device executor, or (where it cannot
+  // drive the device) handed to the backend as it is. Ranks must agree: the two batch apart.
+  bool device_executor = false;
   double prescale = 1;  // allreduce
   double postscale = 1;
   uint64_t group = 0;  // 0: none; else a hash of the group's member names (alike on every rank)

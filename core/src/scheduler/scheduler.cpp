@@ -314,6 +314,22 @@ Status Scheduler::prepare(Submission& s) const {
       return invalid("too many elements");
     elements *= static_cast<uint64_t>(d);
   }
+  if (spec.memory != HVD_MEMORY_HOST && spec.memory != HVD_MEMORY_CUDA) {
+    return invalid("memory type " + std::to_string(spec.memory) + " is not an hvd_memory_type");
+  }
+  const bool cuda_to_backend = spec.memory == HVD_MEMORY_CUDA && data_.takes_cuda_memory();
+  if (cuda_to_backend && spec.device < 0) {
+    return invalid("a CUDA tensor needs a device ordinal, not " + std::to_string(spec.device));
+  }
+  spec.device_executor = cuda_to_backend && probe_device(spec.device).ok();
+  if (on_device(spec)) {
+    int32_t fixed = -1;
+    if (!cuda_device_.compare_exchange_strong(fixed, spec.device) && fixed != spec.device) {
+      return invalid("it is on CUDA device " + std::to_string(spec.device) +
+                     ", this communicator's CUDA tensors on device " + std::to_string(fixed) +
+                     ": its backend drives one device (NCCL binds one per communicator)");
+    }
+  }
   const bool sends = spec.type != OpType::kBroadcast || spec.root == control_.rank();
   // An allgather or alltoall without a recv buffer gets one from hvd, of the size that arrives
   // (host memory).
@@ -327,11 +343,14 @@ Status Scheduler::prepare(Submission& s) const {
     const uint64_t row = rows == 0 ? 0 : elements / static_cast<uint64_t>(rows);
     const int64_t mine = rows / size + (control_.rank() < rows % size ? 1 : 0);
     receives = static_cast<uint64_t>(mine) * row;
-    if (data_.stages(spec.memory) &&
+    if (spec.memory == HVD_MEMORY_CUDA && !on_device(spec) &&
         (rows % size != 0 || spec.prescale != 1 || spec.postscale != 1)) {
       return invalid(
-          "a reduce-scatter of CUDA memory on a backend that takes host memory only needs a "
-          "first dimension that divides by the ranks and no scale factors (not supported yet)");
+          "a reduce-scatter of CUDA memory needs a first dimension that divides by the ranks and "
+          "no scale factors, unless hvd's device executor runs it (" +
+          std::string(data_.stages(spec.memory) ? "staged for a backend that takes host memory only"
+                                                : "it cannot here: " + device_unusable_.message()) +
+          ")");
     }
   }
   if (spec.type == OpType::kAlltoall) {
@@ -368,18 +387,6 @@ Status Scheduler::prepare(Submission& s) const {
       (elements > 0 && sends && s.send == nullptr)) {
     return invalid("buffer is NULL for " + std::to_string(elements) + " elements");
   }
-  if (spec.memory != HVD_MEMORY_HOST && spec.memory != HVD_MEMORY_CUDA) {
-    return invalid("memory type " + std::to_string(spec.memory) + " is not an hvd_memory_type");
-  }
-  if (on_device(spec)) {
-    if (spec.device < 0) return invalid("a CUDA tensor needs a device ordinal, not -1");
-    int32_t fixed = -1;
-    if (!cuda_device_.compare_exchange_strong(fixed, spec.device) && fixed != spec.device) {
-      return invalid("it is on CUDA device " + std::to_string(spec.device) +
-                     ", this communicator's CUDA tensors on device " + std::to_string(fixed) +
-                     ": its backend drives one device (NCCL binds one per communicator)");
-    }
-  }
   if (spec.type == OpType::kAllgather) {
     // By default a recv buffer is sized for equal shapes: the ranks times this rank's elements.
     if (allocated) {
@@ -404,6 +411,12 @@ Status Scheduler::prepare(Submission& s) const {
     if (factor != 1 && !is_float(spec.dtype)) {
       return invalid(std::string("scale factors need a floating-point dtype, not ") +
                      hvd_dtype_name(spec.dtype));
+    }
+    if (factor != 1 && cuda_to_backend && !on_device(spec)) {
+      return invalid(
+          "scale factors on CUDA tensors need hvd's device executor, which cannot run "
+          "here: " +
+          device_unusable_.message());
     }
   }
   return Status::success();
@@ -515,6 +528,19 @@ Status Scheduler::admit_locked(const std::string& name) const {
   if (stopped_) return stopped_->with_context("the scheduler has stopped");
   if (in_flight_.count(name) > 0) return duplicate(name);
   return Status::success();
+}
+
+const Status& Scheduler::probe_device(int32_t device) const {
+  std::call_once(device_probe_, [&] {
+    device_unusable_ = device_executor_->probe(device);
+    if (!device_unusable_.ok()) {
+      log(HVD_LOG_WARNING,
+          "CUDA tensors go to the backend as they are, unfused, completing when queued: hvd's "
+          "device executor cannot run here (" +
+              device_unusable_.message() + ")");
+    }
+  });
+  return device_unusable_;
 }
 
 Result<DeviceExecutor::Ready> Scheduler::ready_event(const Submission& s) {
@@ -805,10 +831,11 @@ void Scheduler::execute(std::vector<Verdict> ready) {
       continue;
     }
     const TensorSpec& s = e.what.spec;
-    const bool fusable = s.type == OpType::kAllreduce && options_.fusion_threshold > 0 &&
+    const bool direct = s.memory == HVD_MEMORY_CUDA && !data_.stages(s.memory) && !on_device(s);
+    const bool fusable = s.type == OpType::kAllreduce && !direct && options_.fusion_threshold > 0 &&
                          e.bytes() <= options_.fusion_threshold;
     if (!fusable) {
-      if (s.type == OpType::kAllreduce && s.memory == HVD_MEMORY_CUDA) {
+      if (s.type == OpType::kAllreduce && s.memory == HVD_MEMORY_CUDA && !direct) {
         // Staged: through the fusion buffer even alone, as that is its host memory. On the
         // device: the device executor scales it.
         std::vector<Entry*> alone{&e};

@@ -202,10 +202,16 @@ class Scheduler {
   Status admit_locked(const std::string& name) const;
   std::shared_ptr<Completion> queue_locked(Submission&& s, Timeline::Clock::time_point now,
                                            const DeviceExecutor::Ready& ready = {});
-  // Whether a tensor runs on the device executor: CUDA memory on a backend that takes it.
-  bool on_device(const TensorSpec& spec) const {
-    return spec.memory == HVD_MEMORY_CUDA && data_.takes_cuda_memory();
-  }
+  // Whether a tensor runs on the device executor: CUDA memory on a backend that takes it, where
+  // the executor can drive the device. Where it cannot (no CUDA runtime or driver: a build without
+  // the toolkit, a test plugin that takes host pointers for CUDA memory), such tensors take the
+  // direct path: to the backend as they are, on their own stream, unfused and unscaled, and
+  // complete once queued.
+  // Decided by prepare() (TensorSpec::device_executor), and agreed on by negotiation.
+  static bool on_device(const TensorSpec& spec) { return spec.device_executor; }
+  // CUDA memory on a backend that takes it: asks the device executor once whether it can drive
+  // the device (see on_device); the reason where not.
+  const Status& probe_device(int32_t device) const;
   // A checked submission on the device executor: its ready event (none otherwise), or why none
   // could be recorded.
   Result<DeviceExecutor::Ready> ready_event(const Submission& s);
@@ -261,7 +267,9 @@ class Scheduler {
   // The device of this rank's CUDA tensors on such a backend: the first one submitted fixes it
   // (NCCL binds one device per communicator); -1 before.
   mutable std::atomic<int32_t> cuda_device_{-1};
-  std::vector<char> scratch_;  // a reduce-scatter's padded or scaled input and output
+  mutable std::once_flag device_probe_;
+  mutable Status device_unusable_;  // why the device executor cannot run, once probed
+  std::vector<char> scratch_;       // a reduce-scatter's padded or scaled input and output
 
   // Shared with submitting threads. Entries live in list nodes from submission to completion
   // (the queue's nodes are spliced onto pending_), so views of their names stay valid.

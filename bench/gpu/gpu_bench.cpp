@@ -1,0 +1,199 @@
+// hvd-gpu-bench: what hvd's own device code costs on one GPU, as ratios against the CUDA runtime
+// measured beside it in the same run (docs/gpu.md; run by scripts/gpu-check.sh).
+//
+//   hvd-gpu-bench [--device N] [--reps N]
+//
+//  - staging: 64 MiB host -> device -> host through hvd's pinned staging buffer against the same
+//    copies from pageable memory (goal: >= 1.5x);
+//  - device fusion: 1024 float32 tensors of 16 KiB packed into the fusion buffer and unpacked by
+//    the device executor's copy-and-scale launches, against one device-to-device cudaMemcpy of
+//    the whole batch (goal: <= 2x), and the executor's host time per tensor (ready event,
+//    ordering, launches; goal: <= 2 us).
+// Each figure is the median of --reps repetitions. Exit 77 (skipped) where no GPU is usable.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/device_memory.hpp"
+#include "scheduler/device_executor.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using hvd::Status;
+using hvd::core::CopySpan;
+using hvd::core::DeviceExecutor;
+using hvd::core::DeviceMemory;
+
+constexpr int kSkipped = 77;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+bool ok(cudaError_t rc, const char* what) {
+  if (rc == cudaSuccess) return true;
+  std::fprintf(stderr, "hvd-gpu-bench: %s: %s\n", what, cudaGetErrorString(rc));
+  return false;
+}
+
+bool ok(const Status& s, const char* what) {
+  if (s.ok()) return true;
+  std::fprintf(stderr, "hvd-gpu-bench: %s: %s\n", what, s.to_string().c_str());
+  return false;
+}
+
+// Seconds for `work` (which queues on `stream`) to be queued and run, median of `reps`.
+template <typename Work>
+double timed(int reps, cudaStream_t stream, Work&& work) {
+  std::vector<double> seconds;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = Clock::now();
+    work();
+    cudaStreamSynchronize(stream);
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return median(seconds);
+}
+
+void row(const char* what, double value, const char* unit, const char* goal) {
+  std::printf("  %-58s %10.3f %-5s %s\n", what, value, unit, goal);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int device = 0;
+  int reps = 21;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--device" || arg == "--reps") && i + 1 < argc) {
+      (arg == "--device" ? device : reps) = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: hvd-gpu-bench [--device N] [--reps N]\n");
+      return 2;
+    }
+  }
+  reps = std::max(reps, 3);
+  int devices = 0;
+  const cudaError_t counted = cudaGetDeviceCount(&devices);
+  if (counted != cudaSuccess || devices <= device) {
+    std::printf("hvd-gpu-bench: no usable GPU: %s\n",
+                counted != cudaSuccess ? cudaGetErrorString(counted)
+                                       : ("no CUDA device " + std::to_string(device)).c_str());
+    return kSkipped;
+  }
+  cudaDeviceProp properties{};
+  if (!ok(cudaSetDevice(device), "cudaSetDevice") ||
+      !ok(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties")) {
+    return 1;
+  }
+  std::printf("hvd-gpu-bench: %s (device %d, sm_%d%d), median of %d repetitions\n", properties.name,
+              device, properties.major, properties.minor, reps);
+  DeviceMemory& runtime = hvd::core::cuda_memory();
+  auto made = runtime.create_stream(device);
+  if (!ok(made.status(), "create_stream")) return 1;
+  const auto stream = static_cast<cudaStream_t>(*made);
+
+  // ---- staging: the copy spans alone, 64 MiB each way ----------------------------------------
+  const size_t staged = 64ull << 20;
+  void* on_device = nullptr;
+  if (!ok(cudaMalloc(&on_device, staged), "cudaMalloc")) return 1;
+  std::vector<char> pageable(staged, 1);
+  hvd::core::StagingBuffer pinned;
+  char* host = pinned.reserve(staged, &runtime, device);
+  if (host == nullptr || !pinned.pinned()) {
+    std::fprintf(stderr, "hvd-gpu-bench: no page-locked memory of %zu bytes\n", staged);
+    return 1;
+  }
+  std::memset(host, 1, staged);
+  const auto round_trip = [&](char* from) {
+    return timed(reps, stream, [&] {
+      (void)runtime.copy(on_device, from, staged, device, stream);
+      (void)runtime.copy(from, on_device, staged, device, stream);
+    });
+  };
+  const double pageable_s = round_trip(pageable.data());
+  const double pinned_s = round_trip(host);
+  const double gb = 2.0 * static_cast<double>(staged) / 1e9;
+  std::printf("staging, 64 MiB host -> device -> host (DeviceMemory::copy)\n");
+  row("pageable memory", gb / pageable_s, "GB/s", "");
+  row("pinned staging buffer (StagingBuffer)", gb / pinned_s, "GB/s", "");
+  row("pinned / pageable", pageable_s / pinned_s, "x", "goal >= 1.5");
+
+  // ---- device fusion: 1024 x 16 KiB float32 ------------------------------------------------
+  const size_t tensors = 1024, elements = 4096, bytes = elements * sizeof(float);
+  const size_t batch_bytes = tensors * bytes;
+  char *inputs = nullptr, *outputs = nullptr, *fusion = nullptr;
+  if (!ok(cudaMalloc(reinterpret_cast<void**>(&inputs), batch_bytes), "cudaMalloc") ||
+      !ok(cudaMalloc(reinterpret_cast<void**>(&outputs), batch_bytes), "cudaMalloc") ||
+      !ok(cudaMalloc(reinterpret_cast<void**>(&fusion), batch_bytes), "cudaMalloc")) {
+    return 1;
+  }
+  // Tensor i is the i-th 16 KiB slot of the inputs (and outputs): one span each, as tensors of
+  // their own would be.
+  std::vector<CopySpan> pack, unpack;
+  for (size_t i = 0; i < tensors; ++i) {
+    pack.push_back({fusion + i * bytes, inputs + i * bytes, elements});
+    unpack.push_back({outputs + i * bytes, fusion + i * bytes, elements});
+  }
+  const double copy_s = timed(reps, stream, [&] {
+    (void)cudaMemcpyAsync(fusion, inputs, batch_bytes, cudaMemcpyDeviceToDevice, stream);
+  });
+  Status packed;
+  const double fused_s = timed(reps, stream, [&] {
+    packed = runtime.copy_scaled(pack.data(), pack.size(), HVD_FLOAT32, 0.5, device, stream);
+    if (packed.ok()) {
+      packed = runtime.copy_scaled(unpack.data(), unpack.size(), HVD_FLOAT32, 2, device, stream);
+    }
+  });
+  if (!ok(packed, "copy_scaled")) return 1;
+  std::printf("device fusion, 1024 float32 tensors of 16 KiB (16 MiB)\n");
+  row("one cudaMemcpyAsync device -> device of the batch", copy_s * 1e6, "us", "");
+  row("pack + unpack, copy-and-scale launches (x0.5, x2)", fused_s * 1e6, "us", "");
+  row("pack + unpack / one copy", fused_s / copy_s, "x", "goal <= 2");
+
+  // The executor's host time per tensor: its ready event at submission, then the batch queued
+  // (waits, launches, the completion event). The backend's call is left out (a no-op here).
+  std::vector<double> host_us;
+  {
+    DeviceExecutor executor(runtime);
+    for (int r = 0; r < reps; ++r) {
+      const auto start = Clock::now();
+      std::vector<DeviceExecutor::Tensor> batch;
+      batch.reserve(tensors);
+      for (size_t i = 0; i < tensors; ++i) {
+        auto ready = executor.record_ready(device, stream);
+        if (!ok(ready.status(), "record_ready")) return 1;
+        batch.push_back({inputs + i * bytes, outputs + i * bytes, elements, *ready});
+      }
+      auto done =
+          executor.allreduce(batch, HVD_FLOAT32, 0.5, 2, device,
+                             [](const void*, void*, uint64_t, void*) { return Status::success(); });
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (!ok(done.status(), "DeviceExecutor::allreduce")) return 1;
+      for (const auto& t : batch) executor.release(t.ready, device);
+      while (true) {
+        auto ran = (*done)->query();
+        if (!ok(ran.status(), "the batch's event")) return 1;
+        if (*ran) break;
+      }
+      host_us.push_back(seconds * 1e6 / static_cast<double>(tensors));
+    }
+  }
+  row("device executor host time per tensor", median(host_us), "us", "goal <= 2");
+
+  cudaFree(inputs);
+  cudaFree(outputs);
+  cudaFree(fusion);
+  cudaFree(on_device);
+  runtime.destroy_stream(stream, device);
+  return 0;
+}
