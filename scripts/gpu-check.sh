@@ -90,11 +90,11 @@ run() {
   fi
 
   # The nccl plugin at world size 1 (one GPU holds one rank of a communicator). The suite's
-  # buffers are host memory, which a CUDA-only plugin refuses: what this row shows is the static
-  # rules and the suite's start, until the suite has a CUDA-buffer mode (the NCCL issue).
+  # buffers are host memory, which hvd stages through the GPU for a backend that takes CUDA
+  # memory only; its CudaMemory cases hand the plugin device buffers directly.
   if [ -e "$dir/lib/hvd/libhvd-backend-nccl.so" ]; then
     hvd-plugin-check "$dir/lib/hvd/libhvd-backend-nccl.so" -np 1 > "$out/nccl-plugin-check.txt" 2>&1 || true
-    row "hvd-plugin-check nccl, 1 rank (static rules)" "$(grep -c '^  pass  static\.' "$out/nccl-plugin-check.txt" || true) of 4 static rules pass; suite: $(grep -E '^[0-9]+ cases:' "$out/nccl-plugin-check.txt" || echo 'no summary') (host buffers: see nccl-plugin-check.txt)"
+    row "hvd-plugin-check nccl, 1 rank" "$(grep -c '^  pass  static\.' "$out/nccl-plugin-check.txt" || true) of 4 static rules pass; suite: $(grep -E '^[0-9]+ cases:' "$out/nccl-plugin-check.txt" || echo 'no summary') (nccl-plugin-check.txt)"
   else
     row "hvd-plugin-check nccl, 1 rank" "the nccl plugin was not built (no CUDA toolkit or NCCL where the bundle was made)"
   fi
@@ -109,9 +109,8 @@ run() {
   fi
   row "staged CUDA tensors through gloo, 2 ranks" "$staged"
 
-  # hvd-bench on CUDA memory, ncclAllReduce called directly beside it (hvd/dir columns). Known
-  # gap: hvd-bench keeps its books (host names, timings) in host memory on the communicator it
-  # measures, which nccl refuses; until it keeps them on a host backend this row fails.
+  # hvd-bench on CUDA memory, ncclAllReduce called directly beside it (hvd/dir columns). Its
+  # books (host names, timings) are host memory, staged through the GPU like the suite's.
   hvdrun -np 1 --backend nccl hvd-bench --mem cuda --baseline -b 1M -e 64M -f 4 -w 5 -n 20 \
     > "$out/bench-nccl.txt" 2>&1 || true
   row "hvd-bench nccl --mem cuda --baseline, 1 rank" "$(grep -c '^\[0\]<stdout>: *[0-9]' "$out/bench-nccl.txt" || true) rows (bench-nccl.txt)"

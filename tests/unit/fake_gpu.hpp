@@ -158,6 +158,11 @@ class FakeDeviceMemory final : public core::DeviceMemory {
     device_memory_.erase(it);
     std::free(pointer);
   }
+  Result<int32_t> current_device() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (fail) return Status(HVD_ERR_SYSTEM, "fake: no CUDA device");
+    return current;
+  }
   Status copy_scaled(const core::CopySpan* spans, size_t count, hvd_dtype dtype, double factor,
                      int32_t device, void* stream) override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -198,13 +203,14 @@ class FakeDeviceMemory final : public core::DeviceMemory {
     std::lock_guard<std::mutex> lock(mutex_);
     return static_cast<int>(events_.size());
   }
-  size_t device_bytes_live() {
+  size_t device_allocations_live() {
     std::lock_guard<std::mutex> lock(mutex_);
     return device_memory_.size();
   }
 
   // Read once the work is done.
   bool fail = false;
+  int32_t current = 0;  // the device current on every thread
   int pinned_allocations = 0;
   int pinned_live = 0;
   int copies = 0;

@@ -332,6 +332,41 @@ TEST(Communicator, CudaMemoryOnAHostBackendIsStagedThroughHostMemory) {
             "device");
 }
 
+// kvsdevice takes CUDA memory only (and, a test plugin, reads whatever pointer it gets): host
+// memory goes through device memory of the device current where the communicator was made.
+TEST(Communicator, HostMemoryOnABackendThatTakesCudaMemoryOnlyIsStagedThroughTheDevice) {
+  hvd::testing::FakeDeviceMemory device;
+  device.current = 3;
+  CommOptions options;
+  options.backend = (kTestPlugins / "libhvd-backend-kvsdevice.so").string();
+  options.device_memory = &device;
+  auto comm = Communicator::create(options, fake_env({}));
+  ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+  const std::vector<int32_t> in{7, -1, 5};
+  std::vector<int32_t> reduced(3), gathered(3), broadcast(3);
+  ASSERT_TRUE((*comm)->allreduce(host_args(in.data(), reduced.data(), 3, HVD_INT32)).ok());
+  ASSERT_TRUE((*comm)->allgather(host_args(in.data(), gathered.data(), 3, HVD_INT32)).ok());
+  ASSERT_TRUE((*comm)->broadcast(host_args(in.data(), broadcast.data(), 3, HVD_INT32)).ok());
+  EXPECT_EQ(reduced, in);
+  EXPECT_EQ(gathered, in);
+  EXPECT_EQ(broadcast, in);
+  EXPECT_EQ(device.copies, 6);  // each in and out
+  EXPECT_EQ(device.devices, std::set<int32_t>{3});
+  EXPECT_EQ(device.device_allocations, 1);  // one staging buffer, kept
+  EXPECT_TRUE(device.unsynchronized.empty());
+  EXPECT_TRUE(device.misuse.empty()) << device.misuse.front();
+
+  // Without a device to stage through, host memory is refused as before.
+  hvd::testing::FakeDeviceMemory no_gpu;
+  no_gpu.fail = true;
+  options.device_memory = &no_gpu;
+  auto without = Communicator::create(options, fake_env({}));
+  ASSERT_TRUE(without.ok()) << without.status().to_string();
+  const Status refused = (*without)->allreduce(host_args(in.data(), reduced.data(), 3, HVD_INT32));
+  EXPECT_EQ(refused.code(), HVD_ERR_UNSUPPORTED);
+  EXPECT_TRUE(contains(refused.message(), "does not take host memory")) << refused.message();
+}
+
 TEST(Communicator, SeveralRanksWithoutRendezvousIsAClearError) {
   auto comm = Communicator::create({}, fake_env({{"HVD_RANK", "0"}, {"HVD_SIZE", "2"}}));
   ASSERT_FALSE(comm.ok());

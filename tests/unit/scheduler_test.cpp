@@ -646,7 +646,7 @@ void device_fused_allreduces(hvd_dtype dtype, int count) {
   job.schedulers.clear();
   for (auto& gpu : job.device_memory) {
     EXPECT_EQ(gpu->events_live(), 0);  // the pool's, and the batch's once its requests went
-    EXPECT_EQ(gpu->device_bytes_live(), 0u);
+    EXPECT_EQ(gpu->device_allocations_live(), 0u);
     EXPECT_EQ(gpu->streams_live, 0);
     EXPECT_TRUE(gpu->misuse.empty()) << gpu->misuse.front();
   }
@@ -890,7 +890,7 @@ TEST(DeviceExecutor, AnOutgrownFusionBufferIsFreedOnceTheDeviceIsPastIt) {
     s.spec.memory = HVD_MEMORY_CUDA;
     s.spec.device = 0;
     ASSERT_TRUE(submit_and_wait(job.at(rank), s).ok());
-    EXPECT_EQ(job.device_memory[static_cast<size_t>(rank)]->device_bytes_live(), 1u);
+    EXPECT_EQ(job.device_memory[static_cast<size_t>(rank)]->device_allocations_live(), 1u);
   });
 }
 

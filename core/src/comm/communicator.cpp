@@ -196,6 +196,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
     HVD_RETURN_IF_ERROR(comm->agree_and_place(records).status());
   }
   comm->plugin_ = std::move(loaded).value();
+  comm->host_staging_device_ = comm->device_for_host_memory();
   comm->comm_id_ = world_comm_id(epoch);
   comm->local_address_ = local_address;
   comm->prefix_ = prefix;
@@ -418,6 +419,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(const std::vector<Spli
       c.store_ = std::move(client).value();
     }
     c.device_memory_ = device_memory_;
+    c.host_staging_device_ = host_staging_device_;  // a split child runs on its parent's device
     c.local_address_ = local_address_;
     c.job_local_rank_ = job_local_rank_;
     c.job_local_size_ = job_local_size_;
@@ -666,6 +668,13 @@ Status Communicator::call_split(const hvd_backend_init_args* args, hvd_backend_c
   if (overran) return health();
   if (code == HVD_SUCCESS) return Status::success();
   return broken_by("split", code, backend_call_message(code));
+}
+
+int32_t Communicator::device_for_host_memory() const {
+  const uint64_t caps = plugin_.capabilities;
+  if ((caps & HVD_CAP_HOST_MEMORY) != 0 || (caps & HVD_CAP_CUDA_MEMORY) == 0) return -1;
+  const Result<int32_t> device = device_memory_->current_device();
+  return device.ok() ? *device : -1;  // none: host memory is refused, naming the capabilities
 }
 
 Communicator::~Communicator() {
@@ -1050,8 +1059,11 @@ Status Communicator::validate(Entry entry, const char* what, const hvd_collectiv
   if (a.memory_type != HVD_MEMORY_HOST && !cuda) {
     return invalid("memory type " + std::to_string(a.memory_type) + " is not an hvd_memory_type");
   }
-  // CUDA memory goes to a backend that takes it, or is staged through host memory.
-  const uint64_t takes = cuda ? HVD_CAP_CUDA_MEMORY | HVD_CAP_HOST_MEMORY : HVD_CAP_HOST_MEMORY;
+  // CUDA memory goes to a backend that takes it, or is staged through host memory; host memory
+  // to one that takes it, or through device memory where the backend binds a device.
+  const uint64_t takes = cuda || host_staging_device_ >= 0
+                             ? HVD_CAP_CUDA_MEMORY | HVD_CAP_HOST_MEMORY
+                             : HVD_CAP_HOST_MEMORY;
   if ((plugin_.capabilities & takes) == 0) {
     return error(HVD_ERR_UNSUPPORTED, std::string(what) + ": backend '" + plugin_.name +
                                           "' does not take " + (cuda ? "CUDA" : "host") +
@@ -1074,38 +1086,52 @@ Status Communicator::validate(Entry entry, const char* what, const hvd_collectiv
 template <typename Run>
 Status Communicator::staged(const char* what, const hvd_collective_args& a, uint64_t in_offset,
                             uint64_t in_bytes, uint64_t out_bytes, Run&& run) {
+  const bool to_host = a.memory_type == HVD_MEMORY_CUDA;
   const auto failed = [&](const Status& s) {
-    const std::string why = ": staging CUDA memory through host memory for backend '";
+    const std::string why = to_host ? ": staging CUDA memory through host memory for backend '"
+                                    : ": staging host memory through CUDA device " +
+                                          std::to_string(host_staging_device_) +
+                                          "'s memory for backend '";
     return error(s.code(), what + why + plugin_.name + "': " + s.message());
   };
-  char* stage =
-      staging_.reserve(std::max(in_offset + in_bytes, out_bytes), device_memory_, a.device);
-  if (stage == nullptr)
-    return failed(error(HVD_ERR_SYSTEM, "no host memory for the staging buffer"));
+  // The device the copies are made with (the tensor's, or the one the backend binds) and their
+  // stream (the caller's, or the default stream, where the backend then runs the collective).
+  const int32_t device = to_host ? a.device : host_staging_device_;
+  const size_t bytes = std::max(in_offset + in_bytes, out_bytes);
+  char* stage = to_host ? staging_.reserve(bytes, device_memory_, device)
+                        : device_staging_.reserve(bytes, *device_memory_, device);
+  if (stage == nullptr) {
+    return failed(error(HVD_ERR_SYSTEM, to_host ? "no host memory for the staging buffer"
+                                                : "no device memory for the staging buffer"));
+  }
   // The copies are ordered after the caller's work on its stream, and waited for: the input must
   // be in host memory before the backend reads it, and the staging buffer serves the next call.
   // A rank whose copy fails leaves its peers in the collective, to time out as with any rank that
   // fails outside it.
   if (in_bytes > 0) {
     const Status s =
-        device_memory_->copy_and_wait(stage + in_offset, a.sendbuf, in_bytes, a.device, a.stream);
+        device_memory_->copy_and_wait(stage + in_offset, a.sendbuf, in_bytes, device, a.stream);
     if (!s.ok()) return failed(s);
   }
-  hvd_collective_args host = a;
-  host.memory_type = HVD_MEMORY_HOST;
-  host.device = -1;
-  host.stream = nullptr;
-  host.sendbuf = stage + in_offset;
-  host.recvbuf = stage;
-  HVD_RETURN_IF_ERROR(run(host));
-  if (out_bytes == 0) return Status::success();
-  const Status s = device_memory_->copy_and_wait(a.recvbuf, stage, out_bytes, a.device, a.stream);
+  hvd_collective_args moved = a;
+  moved.memory_type = to_host ? HVD_MEMORY_HOST : HVD_MEMORY_CUDA;
+  moved.device = to_host ? -1 : device;
+  moved.stream = nullptr;
+  moved.sendbuf = stage + in_offset;
+  moved.recvbuf = stage;
+  HVD_RETURN_IF_ERROR(run(moved));
+  // Host memory through the device: the collective was queued on the default stream; waiting
+  // for the copy back after it waits for both (and for the staging buffer to be free again).
+  if (out_bytes == 0) {
+    return to_host ? Status::success() : device_memory_->synchronize(device, nullptr);
+  }
+  const Status s = device_memory_->copy_and_wait(a.recvbuf, stage, out_bytes, device, a.stream);
   return s.ok() ? s : failed(s);
 }
 
 Status Communicator::allreduce(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate(Entry::kAllreduce, "allreduce", args));
-  if (stages(args.memory_type)) {
+  if (through_staging(args.memory_type)) {
     const uint64_t bytes = args.count * hvd_dtype_size(args.dtype);
     return staged("allreduce", args, 0, bytes, bytes,
                   [&](const hvd_collective_args& host) { return allreduce(host); });
@@ -1122,7 +1148,7 @@ Status Communicator::allreduce(const hvd_collective_args& args) {
 
 Status Communicator::allgather(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate(Entry::kAllgather, "allgather", args));
-  if (stages(args.memory_type)) {
+  if (through_staging(args.memory_type)) {
     const size_t element = hvd_dtype_size(args.dtype);
     uint64_t before = static_cast<uint64_t>(world_.rank) * args.count;  // this rank's offset
     uint64_t total = static_cast<uint64_t>(world_.size) * args.count;
@@ -1163,7 +1189,7 @@ Status Communicator::allgather(const hvd_collective_args& args) {
 
 Status Communicator::broadcast(const hvd_collective_args& args) {
   HVD_RETURN_IF_ERROR(validate(Entry::kBroadcast, "broadcast", args));
-  if (stages(args.memory_type)) {
+  if (through_staging(args.memory_type)) {
     const uint64_t bytes = args.count * hvd_dtype_size(args.dtype);
     return staged("broadcast", args, 0, args.root == world_.rank ? bytes : 0, bytes,
                   [&](const hvd_collective_args& host) { return broadcast(host); });
@@ -1177,7 +1203,7 @@ Status Communicator::reduce_scatter(const hvd_collective_args& args) {
   const size_t element = hvd_dtype_size(args.dtype);
   const uint64_t block = args.count * element;
   const uint64_t all = block * static_cast<uint64_t>(world_.size);
-  if (stages(args.memory_type)) {
+  if (through_staging(args.memory_type)) {
     return staged("reduce_scatter", args, 0, all, block,
                   [&](const hvd_collective_args& host) { return reduce_scatter(host); });
   }
@@ -1216,7 +1242,7 @@ Status Communicator::alltoall(const hvd_collective_args& args, const uint64_t* m
     return error(HVD_ERR_INVALID_ARGUMENT,
                  "alltoall: recvbuf is NULL for " + std::to_string(received) + " elements");
   }
-  if (stages(args.memory_type)) {
+  if (through_staging(args.memory_type)) {
     // Input after the output in the staging buffer: alltoall is never in place.
     return staged("alltoall", args, received * element, args.count * element, received * element,
                   [&](const hvd_collective_args& host) { return alltoall(host, matrix); });

@@ -31,8 +31,9 @@ struct CommOptions {
   // Why this communicator exists, when it is not the job's own ("bootstrap for gloo"): part of
   // the agreement, so that ranks doing different things fail together instead of deadlocking.
   std::string purpose;
-  // How CUDA memory is staged for a backend that takes host memory only (null: the CUDA
-  // runtime's); a test's fake where there is no GPU. It must outlive the communicator.
+  // How CUDA memory is staged for a backend that takes host memory only, and host memory for one
+  // that takes CUDA memory only (null: the CUDA runtime's); a test's fake where there is no GPU.
+  // It must outlive the communicator.
   DeviceMemory* device_memory = nullptr;
 };
 
@@ -168,9 +169,15 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   // `args` for a call that reduces nothing, with an op the plugin declared.
   hvd_collective_args without_reduction(const hvd_collective_args& args) const;
   Status validate(Entry entry, const char* what, const hvd_collective_args& args) const;
-  // Runs `run` on `a` moved to host memory: this rank's input (`in_bytes` of a.sendbuf) is
-  // copied to `in_offset` of the staging buffer, and the result (its first `out_bytes`) back to
-  // a.recvbuf.
+  // Whether a collective on `memory` runs staged: CUDA memory for a backend that takes host
+  // memory only, host memory for one that takes CUDA memory only.
+  int32_t device_for_host_memory() const;  // host_staging_device_, for a new communicator
+  bool through_staging(hvd_memory_type memory) const {
+    return stages(memory) || (memory == HVD_MEMORY_HOST && host_staging_device_ >= 0);
+  }
+  // Runs `run` on `a` moved to the memory the backend takes (host memory for CUDA, device memory
+  // for host): this rank's input (`in_bytes` of a.sendbuf) is copied to `in_offset` of the
+  // staging buffer, and the result (its first `out_bytes`) back to a.recvbuf.
   template <typename Run>
   Status staged(const char* what, const hvd_collective_args& a, uint64_t in_offset,
                 uint64_t in_bytes, uint64_t out_bytes, Run&& run);
@@ -217,7 +224,11 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   bool backend_aborted_ = false;
   Runner runner_;  // the calls of a plugin without abort, and finalize; stuck once walked away from
   std::optional<Status> finalized_;
-  StagingBuffer staging_;      // CUDA tensors through host memory; pinned once used
+  StagingBuffer staging_;  // CUDA tensors through host memory; pinned once used
+  // A backend that takes CUDA memory only (NCCL): host memory goes through device memory of the
+  // device current where the communicator was made (the one the backend binds); -1 where none.
+  int32_t host_staging_device_ = -1;
+  DeviceBuffer device_staging_;
   std::vector<char> scratch_;  // the fallbacks' host buffer (inside staging, when staged)
   // HVD_HIERARCHICAL_ALLREDUCE: this rank's communicators within its host and across hosts (the
   // ranks of its local rank), the pipeline's chunk, and each chunk's reduced block.

@@ -132,6 +132,11 @@ class CudaRuntime final : public DeviceMemory {
     const OnDevice on(device);
     (void)cudaFree(pointer);
   }
+  Result<int32_t> current_device() override {
+    int device = -1;
+    HVD_RETURN_IF_ERROR(check(cudaGetDevice(&device), "cudaGetDevice", -1));
+    return static_cast<int32_t>(device);
+  }
   Status copy_scaled(const CopySpan* spans, size_t count, hvd_dtype dtype, double factor,
                      int32_t device, void* stream) override {
 #ifndef HVD_WITH_CUDA_KERNELS
@@ -169,6 +174,7 @@ class CudaRuntime final : public DeviceMemory {
   Status wait_event(int32_t, void*, void*) override { return unavailable(); }
   void* allocate_device(size_t, int32_t) override { return nullptr; }
   void free_device(void*, int32_t) override {}
+  Result<int32_t> current_device() override { return unavailable(); }
   Status copy_scaled(const CopySpan*, size_t, hvd_dtype, double, int32_t, void*) override {
     return unavailable();
   }
@@ -221,6 +227,25 @@ char* StagingBuffer::reserve(size_t bytes, DeviceMemory* pin_with, int32_t devic
   if (data_ == nullptr) data_ = static_cast<char*>(std::malloc(want));
   size_ = data_ != nullptr ? want : 0;
   return data_;
+}
+
+char* DeviceBuffer::reserve(size_t bytes, DeviceMemory& runtime, int32_t device) {
+  if (data_ != nullptr && bytes <= size_ && runtime_ == &runtime && device_ == device) return data_;
+  const size_t want =
+      std::max({bytes, runtime_ == &runtime && device_ == device ? size_ : 0, size_t{1}});
+  release();
+  data_ = static_cast<char*>(runtime.allocate_device(want, device));
+  if (data_ == nullptr) return nullptr;
+  size_ = want;
+  runtime_ = &runtime;
+  device_ = device;
+  return data_;
+}
+
+void DeviceBuffer::release() {
+  if (data_ != nullptr) runtime_->free_device(data_, device_);
+  data_ = nullptr;
+  size_ = 0;
 }
 
 void StagingBuffer::release() {

@@ -62,6 +62,9 @@ class DeviceMemory {
   // the caller makes sure runs after the work that uses it.
   virtual void* allocate_device(size_t bytes, int32_t device) = 0;
   virtual void free_device(void* pointer, int32_t device) = 0;
+  // The device current on the calling thread (cudaGetDevice): the one a backend that binds a
+  // device at creation (NCCL) binds.
+  virtual Result<int32_t> current_device() = 0;
   // Queued on `stream` as one kernel launch per kSpansPerLaunch spans: for each span, dst =
   // src x factor. factor 1 copies (any dtype); other factors need a floating dtype, scaled as the
   // host scales (fp16 and bf16 through float). A span's dst may be its src; spans do not overlap
@@ -90,6 +93,27 @@ class DeviceEvent {
   DeviceMemory& runtime_;
   void* event_;
   int32_t device_;
+};
+
+// Device memory that grows and never shrinks, for copies that are waited for (so that the old
+// memory is idle when it grows). Its contents do not survive a growth. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() { release(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  // At least `bytes` on `device` through `runtime`; null where none was had.
+  char* reserve(size_t bytes, DeviceMemory& runtime, int32_t device);
+
+ private:
+  void release();
+
+  char* data_ = nullptr;
+  size_t size_ = 0;
+  DeviceMemory* runtime_ = nullptr;
+  int32_t device_ = -1;
 };
 
 // The CUDA runtime's. In a build without the CUDA toolkit every call fails, saying so.
