@@ -103,7 +103,7 @@ run() {
   local staged="FAIL"
   hvdrun -np 2 --backend gloo -- "$dir/libexec/hvd/hvd-conformance" --gtest_brief=1 \
     --gtest_filter='CudaMemory.*' > "$out/gloo-staged.txt" 2>&1 && staged="pass"
-  # The case that stages is StagedThroughHostMemory...; its sibling skips wherever a GPU is.
+  # DeviceBuffersOnAStream... stages on gloo; its sibling skips wherever a GPU is.
   if grep -q "no CUDA device here: " "$out/gloo-staged.txt"; then
     staged="$staged, but skipped: $(grep -m1 -o 'no CUDA device here: .*' "$out/gloo-staged.txt")"
   fi

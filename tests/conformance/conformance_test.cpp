@@ -1234,10 +1234,10 @@ TEST(CudaMemory, WithoutAGpuStagingFailsWithTheRuntimesReasonOnEveryRank) {
   EXPECT_TRUE(g_comm->allreduce(&value, &value, 1, HVD_INT32, HVD_SUM).ok());
 }
 
-TEST(CudaMemory, StagedThroughHostMemoryEveryCollectiveIsExact) {
+// Device buffers, ordered on a stream of the application's: given to a backend that takes CUDA
+// memory, staged through host memory for one that does not.
+TEST(CudaMemory, DeviceBuffersOnAStreamEveryCollectiveIsExact) {
   if (!declared(HVD_INT32, &kSum)) GTEST_SKIP() << undeclared(HVD_INT32, &kSum);
-  if (takes_cuda_memory())
-    GTEST_SKIP() << "backend '" << g_comm->backend() << "' takes CUDA memory";
 #ifndef HVD_TEST_WITH_CUDA
   GTEST_SKIP() << "built without the CUDA toolkit";
 #else
@@ -1245,7 +1245,11 @@ TEST(CudaMemory, StagedThroughHostMemoryEveryCollectiveIsExact) {
   if (devices == 0) GTEST_SKIP() << "no CUDA device here: " << why;
   const int device = g_comm->local_rank() % devices;
   ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
-  const hvd_placement cuda{sizeof(hvd_placement), HVD_MEMORY_CUDA, device, nullptr};
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const hvd_placement cuda{sizeof(hvd_placement), HVD_MEMORY_CUDA, device, stream};
+  // A backend that takes CUDA memory queues the call on the stream: the host waits for it there.
+  const auto done = [&] { ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess); };
   const int rank = g_comm->rank();
   const int size = g_comm->size();
   for (uint64_t count : counts()) {
@@ -1258,6 +1262,7 @@ TEST(CudaMemory, StagedThroughHostMemoryEveryCollectiveIsExact) {
     d_in.from(in);
     ASSERT_TRUE(
         g_comm->allreduce(d_in.data(), d_out.data(), count, HVD_INT32, HVD_SUM, &cuda).ok());
+    done();
     d_out.to(out);
     expect_values(
         out, count, [&](uint64_t i) { return expected_reduction(HVD_SUM, HVD_INT32, size, i); },
@@ -1266,6 +1271,7 @@ TEST(CudaMemory, StagedThroughHostMemoryEveryCollectiveIsExact) {
     for (uint64_t i = 0; i < count; ++i) in.set(i, gather_value(HVD_INT32, rank, i));
     d_in.from(in);
     ASSERT_TRUE(g_comm->allgather(d_in.data(), d_out.data(), count, HVD_INT32, &cuda).ok());
+    done();
     d_out.to(out);
     expect_values(
         out, count * static_cast<uint64_t>(size),
@@ -1274,10 +1280,12 @@ TEST(CudaMemory, StagedThroughHostMemoryEveryCollectiveIsExact) {
 
     const int root = size - 1;
     ASSERT_TRUE(g_comm->broadcast(d_in.data(), d_out.data(), count, HVD_INT32, root, &cuda).ok());
+    done();
     d_out.to(out);
     expect_values(
         out, count, [&](uint64_t i) { return gather_value(HVD_INT32, root, i); }, "broadcast" + at);
   }
+  cudaStreamDestroy(stream);
 #endif
 }
 
@@ -1402,6 +1410,81 @@ TEST_P(ZSchedulerLast, EveryDtypeAndOpAsyncExactOrRefusedBeforeTheBackend) {
         buffers[k], count, [&](uint64_t i) { return expected_reduction(op, dtype, size, i); },
         names[k]);
   }
+}
+
+// CUDA tensors by name: produced on one stream of the application's (copies queued there before
+// the submission), fused with scale factors (on the device by hvd's executor where the backend
+// takes CUDA memory, through host memory where not), and consumed on another stream ordered after
+// the requests (hvd_request_wait_on_stream) without the host waiting, or waited for on the host.
+TEST_P(ZSchedulerLast, CudaTensorsProducedOnAStreamFusedScaledAndConsumedOnAnother) {
+  if (!declared(HVD_FLOAT32, &kSum)) GTEST_SKIP() << undeclared(HVD_FLOAT32, &kSum);
+#ifndef HVD_TEST_WITH_CUDA
+  GTEST_SKIP() << "built without the CUDA toolkit";
+#else
+  const auto [devices, why] = cuda_devices();
+  if (devices == 0) GTEST_SKIP() << "no CUDA device here: " << why;
+  const int device = g_comm->local_rank() % devices;
+  ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+  cudaStream_t producer = nullptr, consumer = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  const hvd_placement on_producer{sizeof(hvd_placement), HVD_MEMORY_CUDA, device, producer};
+  const int rank = g_comm->rank();
+  const int size = g_comm->size();
+  const std::vector<uint64_t> sizes = {1, 7, 1023, 4096, 3, (1u << 16) + 1};
+  std::vector<Buffer> in, out;
+  std::vector<std::unique_ptr<DeviceBuffer>> d_in, d_out;
+  std::vector<int64_t> shapes(sizes.size());
+  std::vector<std::string> names;
+  std::vector<hvd_tensor> tensors;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    in.emplace_back(HVD_FLOAT32, sizes[k]);
+    out.emplace_back(HVD_FLOAT32, sizes[k]);
+    for (uint64_t i = 0; i < sizes[k]; ++i)
+      in[k].set(i, input(HVD_SUM, HVD_FLOAT32, rank, size, i));
+    d_in.push_back(std::make_unique<DeviceBuffer>(in[k]));
+    d_out.push_back(std::make_unique<DeviceBuffer>(out[k]));
+    names.push_back("conformance.cuda." + std::to_string(k));
+  }
+  for (size_t k = 0; k < sizes.size(); ++k) {  // produced on the producer stream, not waited for
+    ASSERT_EQ(cudaMemcpyAsync(d_in[k]->data(), in[k].data(), in[k].bytes().size(),
+                              cudaMemcpyHostToDevice, producer),
+              cudaSuccess);
+    shapes[k] = static_cast<int64_t>(sizes[k]);
+    hvd_tensor t{};
+    t.collective = HVD_COLLECTIVE_ALLREDUCE;
+    t.name = names[k].c_str();
+    t.sendbuf = d_in[k]->data();
+    t.recvbuf = d_out[k]->data();
+    t.dtype = HVD_FLOAT32;
+    t.ndim = 1;
+    t.shape = &shapes[k];
+    t.op = HVD_SUM;
+    t.prescale = 0.5;  // integers halved and doubled: exact
+    t.postscale = 2;
+    t.placement = &on_producer;
+    tensors.push_back(t);
+  }
+  auto requests = g_comm->grouped_async(tensors);
+  ASSERT_TRUE(requests.ok()) << requests.status().to_string();
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const hvd::Status s =
+        k % 2 == 0 ? (*requests)[k].wait_on_stream(consumer, 120) : (*requests)[k].wait(120);
+    ASSERT_TRUE(s.ok()) << names[k] << ": " << s.to_string();
+    ASSERT_EQ(cudaMemcpyAsync(out[k].data(), d_out[k]->data(), out[k].bytes().size(),
+                              cudaMemcpyDeviceToHost, consumer),
+              cudaSuccess);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    EXPECT_TRUE((*requests)[k].ready()) << names[k];
+    expect_values(
+        out[k], sizes[k],
+        [&](uint64_t i) { return expected_reduction(HVD_SUM, HVD_FLOAT32, size, i); }, names[k]);
+  }
+  cudaStreamDestroy(producer);
+  cudaStreamDestroy(consumer);
+#endif
 }
 
 // Horovod's split of a first dimension of `rows` over `size` ranks: rank r's rows and its first.
