@@ -139,6 +139,11 @@ int main(int argc, char** argv) {
   }
   // Tensor i is the i-th 16 KiB slot of the inputs (and outputs): one span each, as tensors of
   // their own would be.
+  // Inputs of 0x3f bytes (0.74... as float32): halved and doubled they come back bit for bit.
+  if (!ok(cudaMemset(inputs, 0x3f, batch_bytes), "cudaMemset") ||
+      !ok(cudaMemset(outputs, 0, batch_bytes), "cudaMemset")) {
+    return 1;
+  }
   std::vector<CopySpan> pack, unpack;
   for (size_t i = 0; i < tensors; ++i) {
     pack.push_back({fusion + i * bytes, inputs + i * bytes, elements});
@@ -155,6 +160,18 @@ int main(int argc, char** argv) {
     }
   });
   if (!ok(packed, "copy_scaled")) return 1;
+  {
+    std::vector<char> in(batch_bytes), out(batch_bytes);
+    if (!ok(cudaMemcpy(in.data(), inputs, batch_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy") ||
+        !ok(cudaMemcpy(out.data(), outputs, batch_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy")) {
+      return 1;
+    }
+    if (in != out) {
+      std::fprintf(stderr,
+                   "hvd-gpu-bench: pack + unpack (x0.5, x2) did not give the inputs back\n");
+      return 1;
+    }
+  }
   std::printf("device fusion, 1024 float32 tensors of 16 KiB (16 MiB)\n");
   row("one cudaMemcpyAsync device -> device of the batch", copy_s * 1e6, "us", "");
   row("pack + unpack, copy-and-scale launches (x0.5, x2)", fused_s * 1e6, "us", "");
@@ -180,10 +197,15 @@ int main(int argc, char** argv) {
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (!ok(done.status(), "DeviceExecutor::allreduce")) return 1;
       for (const auto& t : batch) executor.release(t.ready, device);
+      const auto deadline = Clock::now() + std::chrono::seconds(60);
       while (true) {
         auto ran = (*done)->query();
         if (!ok(ran.status(), "the batch's event")) return 1;
         if (*ran) break;
+        if (Clock::now() > deadline) {
+          std::fprintf(stderr, "hvd-gpu-bench: the executor's batch did not complete in 60 s\n");
+          return 1;
+        }
       }
       host_us.push_back(seconds * 1e6 / static_cast<double>(tensors));
     }

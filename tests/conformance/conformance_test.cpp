@@ -1412,10 +1412,11 @@ TEST_P(ZSchedulerLast, EveryDtypeAndOpAsyncExactOrRefusedBeforeTheBackend) {
   }
 }
 
-// CUDA tensors by name: produced on one stream of the application's (copies queued there before
-// the submission), fused with scale factors (on the device by hvd's executor where the backend
-// takes CUDA memory, through host memory where not), and consumed on another stream ordered after
-// the requests (hvd_request_wait_on_stream) without the host waiting, or waited for on the host.
+// CUDA tensors by name, every floating dtype: produced on one stream of the application's (copies
+// queued there, behind 50 ms of other work, before the submission), fused with scale factors (on
+// the device by hvd's executor where the backend takes CUDA memory, through host memory where not),
+// and consumed on another stream ordered after the requests (hvd_request_wait_on_stream) without
+// the host waiting, or waited for on the host.
 TEST_P(ZSchedulerLast, CudaTensorsProducedOnAStreamFusedScaledAndConsumedOnAnother) {
   if (!declared(HVD_FLOAT32, &kSum)) GTEST_SKIP() << undeclared(HVD_FLOAT32, &kSum);
 #ifndef HVD_TEST_WITH_CUDA
@@ -1431,32 +1432,48 @@ TEST_P(ZSchedulerLast, CudaTensorsProducedOnAStreamFusedScaledAndConsumedOnAnoth
   const hvd_placement on_producer{sizeof(hvd_placement), HVD_MEMORY_CUDA, device, producer};
   const int rank = g_comm->rank();
   const int size = g_comm->size();
-  const std::vector<uint64_t> sizes = {1, 7, 1023, 4096, 3, (1u << 16) + 1};
+  // Every floating dtype declared, odd sizes; and 130 small float32 tensors, more than one
+  // launch of the copy kernel packs (128).
+  std::vector<std::pair<hvd_dtype, uint64_t>> cases;
+  for (hvd_dtype dtype : {HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64}) {
+    if (!declared(dtype, &kSum)) continue;
+    for (uint64_t n : {uint64_t{1}, uint64_t{7}, uint64_t{1023}, uint64_t{(1u << 16) + 1}}) {
+      cases.emplace_back(dtype, n);
+    }
+  }
+  for (int k = 0; k < 130; ++k) cases.emplace_back(HVD_FLOAT32, 3);
   std::vector<Buffer> in, out;
   std::vector<std::unique_ptr<DeviceBuffer>> d_in, d_out;
-  std::vector<int64_t> shapes(sizes.size());
+  std::vector<int64_t> shapes(cases.size());
   std::vector<std::string> names;
   std::vector<hvd_tensor> tensors;
-  for (size_t k = 0; k < sizes.size(); ++k) {
-    in.emplace_back(HVD_FLOAT32, sizes[k]);
-    out.emplace_back(HVD_FLOAT32, sizes[k]);
-    for (uint64_t i = 0; i < sizes[k]; ++i)
-      in[k].set(i, input(HVD_SUM, HVD_FLOAT32, rank, size, i));
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const auto [dtype, n] = cases[k];
+    in.emplace_back(dtype, n);
+    out.emplace_back(dtype, n);
+    for (uint64_t i = 0; i < n; ++i) in[k].set(i, input(HVD_SUM, dtype, rank, size, i));
     d_in.push_back(std::make_unique<DeviceBuffer>(in[k]));
     d_out.push_back(std::make_unique<DeviceBuffer>(out[k]));
+    // Poison (NaN in every floating dtype): a collective that read its input early shows.
+    ASSERT_EQ(cudaMemset(d_in[k]->data(), 0xFF, in[k].bytes().size()), cudaSuccess);
     names.push_back("conformance.cuda." + std::to_string(k));
   }
-  for (size_t k = 0; k < sizes.size(); ++k) {  // produced on the producer stream, not waited for
+  // The producer's stream is busy for 50 ms before its copies: hvd must wait for them.
+  ASSERT_EQ(cudaLaunchHostFunc(
+                producer, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); },
+                nullptr),
+            cudaSuccess);
+  for (size_t k = 0; k < cases.size(); ++k) {  // produced on the producer stream, not waited for
     ASSERT_EQ(cudaMemcpyAsync(d_in[k]->data(), in[k].data(), in[k].bytes().size(),
                               cudaMemcpyHostToDevice, producer),
               cudaSuccess);
-    shapes[k] = static_cast<int64_t>(sizes[k]);
+    shapes[k] = static_cast<int64_t>(cases[k].second);
     hvd_tensor t{};
     t.collective = HVD_COLLECTIVE_ALLREDUCE;
     t.name = names[k].c_str();
     t.sendbuf = d_in[k]->data();
     t.recvbuf = d_out[k]->data();
-    t.dtype = HVD_FLOAT32;
+    t.dtype = cases[k].first;
     t.ndim = 1;
     t.shape = &shapes[k];
     t.op = HVD_SUM;
@@ -1467,7 +1484,7 @@ TEST_P(ZSchedulerLast, CudaTensorsProducedOnAStreamFusedScaledAndConsumedOnAnoth
   }
   auto requests = g_comm->grouped_async(tensors);
   ASSERT_TRUE(requests.ok()) << requests.status().to_string();
-  for (size_t k = 0; k < sizes.size(); ++k) {
+  for (size_t k = 0; k < cases.size(); ++k) {
     const hvd::Status s =
         k % 2 == 0 ? (*requests)[k].wait_on_stream(consumer, 120) : (*requests)[k].wait(120);
     ASSERT_TRUE(s.ok()) << names[k] << ": " << s.to_string();
@@ -1476,11 +1493,12 @@ TEST_P(ZSchedulerLast, CudaTensorsProducedOnAStreamFusedScaledAndConsumedOnAnoth
               cudaSuccess);
   }
   ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
-  for (size_t k = 0; k < sizes.size(); ++k) {
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const auto [dtype, n] = cases[k];
     EXPECT_TRUE((*requests)[k].ready()) << names[k];
     expect_values(
-        out[k], sizes[k],
-        [&](uint64_t i) { return expected_reduction(HVD_SUM, HVD_FLOAT32, size, i); }, names[k]);
+        out[k], n, [&](uint64_t i) { return expected_reduction(HVD_SUM, dtype, size, i); },
+        names[k] + " (" + hvd_dtype_name(dtype) + ")");
   }
   cudaStreamDestroy(producer);
   cudaStreamDestroy(consumer);

@@ -182,13 +182,22 @@ class FakeRank final : public core::Collectives {
   std::atomic<void*> last_allreduce_recv{nullptr};
   std::atomic<hvd_memory_type> last_allreduce_memory{HVD_MEMORY_HOST};
   std::atomic<void*> last_allreduce_stream{nullptr};
+  std::atomic<bool> fail_calls{false};  // every call fails from now on, as a broken backend's
 
  private:
   Status run(FakeWorld::Kind kind, const hvd_collective_args& a) {
+    if (fail_calls) return Status(HVD_ERR_SYSTEM, "fake: the backend failed");
     if (gpu_ == nullptr || a.memory_type != HVD_MEMORY_CUDA) return world_.run(rank_, kind, a);
     // The device reports what goes wrong there through its events; a mismatch here is a
     // scheduler bug, which the test sees in the results.
-    return gpu_->enqueue(a.device, a.stream, [this, kind, a] { (void)world_.run(rank_, kind, a); });
+    // The counts' arrays are the caller's, gone by the time a paused device runs this.
+    const size_t n = static_cast<size_t>(world_.size());
+    auto counts = std::make_shared<std::vector<uint64_t>>();
+    if (a.recv_counts != nullptr) counts->assign(a.recv_counts, a.recv_counts + n);
+    return gpu_->enqueue(a.device, a.stream, [this, kind, args = a, counts]() mutable {
+      if (args.recv_counts != nullptr) args.recv_counts = counts->data();
+      (void)world_.run(rank_, kind, args);
+    });
   }
 
   FakeWorld& world_;

@@ -9,6 +9,7 @@
 #ifndef HVD_TESTS_FAKE_GPU_HPP
 #define HVD_TESTS_FAKE_GPU_HPP
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -43,7 +44,8 @@ class FakeDeviceMemory final : public core::DeviceMemory {
       if (bytes > 0) std::memcpy(dst, src, bytes);
     });
   }
-  Status synchronize(int32_t device, void* stream) override {
+  Status synchronize(int32_t device, void* stream,
+                     std::chrono::steady_clock::time_point /*deadline*/) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (fail) return Status(HVD_ERR_SYSTEM, "fake: no CUDA device");
     devices.insert(device);
@@ -140,23 +142,32 @@ class FakeDeviceMemory final : public core::DeviceMemory {
     run_locked();
     return Status::success();
   }
-  void* allocate_device(size_t bytes, int32_t device) override {
+  // Allocated at once; freed in stream order, when the device reaches the free.
+  void* allocate_device(size_t bytes, int32_t device, void* stream) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (fail) return nullptr;
+    (void)stream_locked(device, stream);
     void* pointer = std::malloc(bytes);
     device_memory_[pointer] = device;
     ++device_allocations;
     return pointer;
   }
-  void free_device(void* pointer, int32_t device) override {
+  void free_device(void* pointer, int32_t device, void* stream) override {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto it = device_memory_.find(pointer);
     if (it == device_memory_.end() || it->second != device) {
       misuse.push_back("free_device of memory it did not allocate there");
       return;
     }
-    device_memory_.erase(it);
-    std::free(pointer);
+    (void)enqueue_locked(device, stream, [this, pointer] {  // under mutex_, as all work runs
+      device_memory_.erase(pointer);
+      std::free(pointer);
+    });
+  }
+  Status kernels(int32_t /*device*/) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (fail || no_kernels) return Status(HVD_ERR_SYSTEM, "fake: no kernel image for the device");
+    return Status::success();
   }
   Result<int32_t> current_device() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -166,7 +177,7 @@ class FakeDeviceMemory final : public core::DeviceMemory {
   Status copy_scaled(const core::CopySpan* spans, size_t count, hvd_dtype dtype, double factor,
                      int32_t device, void* stream) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (fail) return Status(HVD_ERR_SYSTEM, "fake: no CUDA device");
+    if (fail || fail_kernels) return Status(HVD_ERR_SYSTEM, "fake: the kernel's launch failed");
     if (factor != 1 && dtype != HVD_FLOAT32 && dtype != HVD_FLOAT64 && dtype != HVD_FLOAT16 &&
         dtype != HVD_BFLOAT16) {
       misuse.push_back("copy_scaled of an integer dtype with a factor");
@@ -210,7 +221,9 @@ class FakeDeviceMemory final : public core::DeviceMemory {
 
   // Read once the work is done.
   bool fail = false;
-  int32_t current = 0;  // the device current on every thread
+  bool no_kernels = false;    // streams and events work, hvd's kernels have no code here
+  bool fail_kernels = false;  // copy_scaled fails (as a launch that fails)
+  int32_t current = 0;        // the device current on every thread
   int pinned_allocations = 0;
   int pinned_live = 0;
   int copies = 0;

@@ -110,6 +110,15 @@ Submission allreduce(const std::string& name, const void* send, void* recv, hvd_
   return s;
 }
 
+// Returns once `scheduler` has finished `n` tensors (settled them), failing the test after kWait.
+void until_settled(Scheduler& scheduler, uint64_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (scheduler.stats().tensors < n) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "nothing settled within kWait";
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
 Status submit_and_wait(Scheduler& scheduler, Submission s) {
   auto completion = scheduler.submit(std::move(s));
   if (!completion.ok()) return completion.status();
@@ -681,7 +690,7 @@ TEST(DeviceExecutor, ARequestCompletesWhenTheDeviceHasRunItsWorkAfterItsProducer
   s.spec.postscale = 3;
   auto done = job.at(0).submit(std::move(s));
   ASSERT_TRUE(done.ok()) << done.status().to_string();
-  while (job.at(0).stats().tensors == 0) std::this_thread::sleep_for(1ms);  // settled
+  until_settled(job.at(0), 1);
   EXPECT_FALSE((*done)->done());
   const Status early = (*done)->wait(std::chrono::milliseconds(20));
   EXPECT_EQ(early.code(), HVD_ERR_TIMEOUT) << early.to_string();
@@ -711,7 +720,7 @@ TEST(DeviceExecutor, AnErrorOnTheDeviceIsTheRequestsStatus) {
   s.spec.device = 0;
   auto done = job.at(0).submit(std::move(s));
   ASSERT_TRUE(done.ok());
-  while (job.at(0).stats().tensors == 0) std::this_thread::sleep_for(1ms);
+  until_settled(job.at(0), 1);
   gpu.break_device(Status(HVD_ERR_SYSTEM, "fake: an illegal memory access"));
   const Status failed = (*done)->wait(kWait);
   EXPECT_EQ(failed.code(), HVD_ERR_SYSTEM);
@@ -806,13 +815,25 @@ TEST(DeviceExecutor, WithoutADeviceItCanDriveCudaTensorsGoToTheBackendAsTheyAre)
     const FakeRank& backend = *job.data_ranks[static_cast<size_t>(rank)];
     EXPECT_EQ(backend.last_allreduce_stream, &stream);  // the application's own
     EXPECT_EQ(backend.last_allreduce_memory, HVD_MEMORY_CUDA);
+    {
+      std::vector<float> c(1, 1);
+      Submission direct = allreduce("direct", c.data(), c.data(), HVD_FLOAT32, {1});
+      direct.spec.memory = HVD_MEMORY_CUDA;
+      direct.spec.device = 0;
+      direct.stream = &stream;
+      auto done = job.at(rank).submit(std::move(direct));
+      ASSERT_TRUE(done.ok());
+      int consumer;
+      const Status unordered = (*done)->order_stream(&consumer, kWait);
+      EXPECT_EQ(unordered.code(), HVD_ERR_UNSUPPORTED) << unordered.to_string();
+    }
     const Status refused = submit_and_wait(job.at(rank), scaled);
     EXPECT_EQ(refused.code(), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(refused.message(),
               "ALLREDUCE 'scaled': scale factors on CUDA tensors need hvd's device executor, "
               "which cannot run here: fake: no CUDA device");
   });
-  EXPECT_EQ(job.data_allreduces(), 2);  // unfused
+  EXPECT_EQ(job.data_allreduces(), 3);  // unfused
 }
 
 // Ranks that would take the two paths apart fail the tensor alike, rather than batch apart.
@@ -861,37 +882,115 @@ TEST(DeviceExecutor, AnUnevenScaledReduceScatterRunsOnTheDevice) {
   });
 }
 
-// A larger batch outgrows the fusion buffer: the old one is freed once the device is past it.
-TEST(DeviceExecutor, AnOutgrownFusionBufferIsFreedOnceTheDeviceIsPastIt) {
-  Job job(2, fast_options(), /*data_takes_cuda=*/true);
-  job.each([&](int rank) {
-    for (int64_t n : {4, 4000}) {
-      std::vector<float> a(static_cast<size_t>(n), 1), b(static_cast<size_t>(n), 2), out(a.size()),
-          out2(a.size());
-      std::vector<Submission> group;
-      group.push_back(allreduce("a", a.data(), out.data(), HVD_FLOAT32, {n}));
-      group.push_back(allreduce("b", b.data(), out2.data(), HVD_FLOAT32, {n}));
-      for (Submission& s : group) {
-        s.spec.memory = HVD_MEMORY_CUDA;
-        s.spec.device = 0;
-      }
-      auto done = job.at(rank).submit_group(std::move(group));
-      ASSERT_TRUE(done.ok());
-      for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
-      EXPECT_EQ(out, std::vector<float>(a.size(), 2));
-      EXPECT_EQ(out2, std::vector<float>(a.size(), 4));
-    }
-    FakeDeviceMemory& gpu = *job.device_memory[static_cast<size_t>(rank)];
-    EXPECT_EQ(gpu.device_allocations, 2);
-  });
-  job.each([&](int rank) {  // the next batch's sweep frees the outgrown one
-    std::vector<float> a(1, 1), out(1);
-    Submission s = allreduce("c", a.data(), out.data(), HVD_FLOAT32, {1});
+// Device work settled before the communicators broke fails with their error once its event
+// completes: an abort ends NCCL's kernels without an error of the device's own.
+TEST(DeviceExecutor, WorkSettledBeforeTheCommunicatorBrokeFailsWithItsError) {
+  Job job(1, fast_options(), /*data_takes_cuda=*/true);
+  FakeDeviceMemory& gpu = *job.device_memory[0];
+  std::vector<float> in(2, 1), out(2, 0);
+  gpu.pause();
+  Submission s = allreduce("grad", in.data(), out.data(), HVD_FLOAT32, {2});
+  s.spec.memory = HVD_MEMORY_CUDA;
+  s.spec.device = 0;
+  auto settled = job.at(0).submit(std::move(s));
+  ASSERT_TRUE(settled.ok());
+  until_settled(job.at(0), 1);
+  job.control_ranks[0]->fail_calls = true;  // the next negotiation fails: the scheduler stops
+  const Status broke =
+      submit_and_wait(job.at(0), allreduce("next", in.data(), out.data(), HVD_FLOAT32, {2}));
+  EXPECT_EQ(broke.code(), HVD_ERR_SYSTEM) << broke.to_string();
+  gpu.resume();
+  const Status late = (*settled)->wait(kWait);
+  EXPECT_EQ(late.code(), HVD_ERR_SYSTEM) << late.to_string();
+  EXPECT_NE(late.message().find("the communicator broke before the device had run it: "),
+            std::string::npos)
+      << late.message();
+}
+
+// A batch the executor cannot queue in full (its kernel's launch fails) breaks the communicator:
+// this rank's next call would pair with its peers' earlier one.
+TEST(DeviceExecutor, ABatchItCannotQueueFailsAndAbortsTheCommunicator) {
+  Job job(1, fast_options(), /*data_takes_cuda=*/true);
+  job.device_memory[0]->fail_kernels = true;
+  std::vector<float> a(2, 1), b(3, 1);
+  std::vector<Submission> group;
+  group.push_back(allreduce("a", a.data(), a.data(), HVD_FLOAT32, {2}));
+  group.push_back(allreduce("b", b.data(), b.data(), HVD_FLOAT32, {3}));
+  for (Submission& s : group) {
     s.spec.memory = HVD_MEMORY_CUDA;
     s.spec.device = 0;
-    ASSERT_TRUE(submit_and_wait(job.at(rank), s).ok());
-    EXPECT_EQ(job.device_memory[static_cast<size_t>(rank)]->device_allocations_live(), 1u);
-  });
+  }
+  {
+    auto done = job.at(0).submit_group(std::move(group));
+    ASSERT_TRUE(done.ok());
+    for (auto& c : *done) {
+      const Status failed = c->wait(kWait);
+      EXPECT_EQ(failed.code(), HVD_ERR_SYSTEM);
+      EXPECT_EQ(failed.message(), "fake: the kernel's launch failed");
+    }
+  }
+  EXPECT_EQ(job.data_ranks[0]->aborted_with().message(), "fake: the kernel's launch failed");
+  EXPECT_EQ(job.data_allreduces(), 0);
+}
+
+// A device whose streams and events work but where hvd's kernels have no code (an architecture
+// the build did not name), and HVD_DEVICE_EXECUTOR=0, both take the direct path.
+TEST(DeviceExecutor, NoKernelForTheDeviceOrTheKnobOffTakesTheDirectPath) {
+  for (bool knob_off : {false, true}) {
+    SchedulerOptions o = fast_options();
+    o.device_executor = !knob_off;
+    Job job(1, o, /*data_takes_cuda=*/true);
+    if (!knob_off) job.device_memory[0]->no_kernels = true;
+    int stream;
+    std::vector<float> a(2, 1), out(2, 0);
+    Submission s = allreduce("a", a.data(), out.data(), HVD_FLOAT32, {2});
+    s.spec.memory = HVD_MEMORY_CUDA;
+    s.spec.device = 0;
+    s.stream = &stream;
+    auto done = job.at(0).submit(std::move(s));
+    ASSERT_TRUE(done.ok());
+    ASSERT_TRUE((*done)->wait(kWait).ok());
+    EXPECT_EQ(out, a);
+    EXPECT_EQ(job.data_ranks[0]->last_allreduce_stream, &stream);
+    EXPECT_EQ(job.device_memory[0]->launches, 0u);
+  }
+  EXPECT_TRUE(SchedulerOptions::from_env([](const std::string& name) -> std::optional<std::string> {
+                if (name == "HVD_DEVICE_EXECUTOR") return "0";
+                return std::nullopt;
+              })
+                  .value()
+                  .device_executor == false);
+}
+
+// A larger batch outgrows the fusion buffer: the old one is freed in stream order, once the
+// device is past the work that used it, and not before.
+TEST(DeviceExecutor, AnOutgrownFusionBufferIsFreedOnceTheDeviceIsPastIt) {
+  Job job(1, fast_options(), /*data_takes_cuda=*/true);
+  FakeDeviceMemory& gpu = *job.device_memory[0];
+  uint64_t settled = 0;
+  auto batch = [&](int64_t n) {
+    std::vector<float> a(static_cast<size_t>(n), 1), b(a.size(), 2);
+    std::vector<Submission> group;
+    group.push_back(allreduce("a", a.data(), a.data(), HVD_FLOAT32, {n}));
+    group.push_back(allreduce("b", b.data(), b.data(), HVD_FLOAT32, {n}));
+    for (Submission& s : group) {
+      s.spec.memory = HVD_MEMORY_CUDA;
+      s.spec.device = 0;
+    }
+    auto done = job.at(0).submit_group(std::move(group));
+    ASSERT_TRUE(done.ok());
+    settled += 2;
+    until_settled(job.at(0), settled);
+  };
+  batch(4);
+  EXPECT_EQ(gpu.device_allocations_live(), 1u);
+  gpu.pause();
+  batch(4000);  // queued, not run: the first buffer is still in use by what precedes its free
+  EXPECT_EQ(gpu.device_allocations, 2);
+  EXPECT_EQ(gpu.device_allocations_live(), 2u);
+  gpu.resume();
+  EXPECT_EQ(gpu.device_allocations_live(), 1u);
+  EXPECT_TRUE(gpu.misuse.empty()) << gpu.misuse.front();
 }
 
 TEST(Scheduler, AStagingCopyThatFailsFailsItsTensorAndTheJobGoesOn) {

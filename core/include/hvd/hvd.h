@@ -267,8 +267,10 @@ HVD_API hvd_status hvd_request_wait(hvd_request* request, double timeout_seconds
  * queued on `stream` (a cudaStream_t of the request's device) from then on run after it, and
  * returns without waiting for the device. It returns the operation's error if it failed before
  * reaching the device. A request without device work (host memory, or CUDA memory staged for a
- * host backend) is waited for as by hvd_request_wait. Until the request completes, other streams
- * must not write its input or read its output unless ordered after it so. */
+ * host backend) is waited for as by hvd_request_wait; one hvd queued on the stream it was
+ * submitted with (where its device executor cannot run: docs/scheduler.md) fails with
+ * HVD_ERR_UNSUPPORTED, as only that stream is ordered after it. Until the request completes, other
+ * streams must not write its input or read its output unless ordered after it so. */
 HVD_API hvd_status hvd_request_wait_on_stream(hvd_request* request, void* stream,
                                               double timeout_seconds);
 /* An allgather or alltoall submitted with recvbuf NULL, once it succeeded: *data is the output

@@ -179,6 +179,7 @@ hvd::Result<std::shared_ptr<hvd::core::Scheduler>> scheduler_of(CommState& c) {
   if (!c.scheduler) {
     const hvd::core::EnvLookup env = hvd::core::process_env();
     HVD_ASSIGN_OR_RETURN(auto options, hvd::core::SchedulerOptions::from_env(env));
+    options.timeout = c.impl->timeout();
     if (c.parent && !options.timeline.empty()) {  // each communicator's rank 0 writes its own
       char id[24];
       std::snprintf(id, sizeof id, ".comm-%016llx", static_cast<unsigned long long>(c.impl->id()));

@@ -30,6 +30,8 @@ class Collectives {
   // Whether CUDA memory goes to the backend as it is (NCCL). Where not, a collective on CUDA
   // memory runs in host memory, staged (device_memory.hpp); it is blocking then.
   virtual bool takes_cuda_memory() const { return false; }
+  // The CUDA device the backend is bound to (NCCL binds one per communicator), or -1.
+  virtual int32_t cuda_device() const { return -1; }
   // Whether a collective on this memory runs staged through host memory.
   bool stages(hvd_memory_type memory) const {
     return memory == HVD_MEMORY_CUDA && !takes_cuda_memory();

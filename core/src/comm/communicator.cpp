@@ -1094,38 +1094,57 @@ Status Communicator::staged(const char* what, const hvd_collective_args& a, uint
                                           "'s memory for backend '";
     return error(s.code(), what + why + plugin_.name + "': " + s.message());
   };
-  // The device the copies are made with (the tensor's, or the one the backend binds) and their
-  // stream (the caller's, or the default stream, where the backend then runs the collective).
-  const int32_t device = to_host ? a.device : host_staging_device_;
+  // Every wait on the device is bounded by HVD_TIMEOUT from here.
+  const auto deadline = Clock::now() + timeout_;
   const size_t bytes = std::max(in_offset + in_bytes, out_bytes);
-  char* stage = to_host ? staging_.reserve(bytes, device_memory_, device)
-                        : device_staging_.reserve(bytes, *device_memory_, device);
-  if (stage == nullptr) {
-    return failed(error(HVD_ERR_SYSTEM, to_host ? "no host memory for the staging buffer"
-                                                : "no device memory for the staging buffer"));
+  // The device the copies are made on, and their stream: for CUDA memory the tensor's device
+  // and the caller's stream (so after the work queued there); for host memory the device the
+  // backend binds and the staging buffer's own stream, on which the collective runs too.
+  int32_t device = a.device;
+  void* stream = a.stream;
+  char* stage = nullptr;
+  if (to_host) {
+    stage = staging_.reserve(bytes, device_memory_, device);
+    if (stage == nullptr) {
+      return failed(error(HVD_ERR_SYSTEM, "no host memory for the staging buffer"));
+    }
+  } else {
+    device = host_staging_device_;
+    Result<char*> reserved = device_staging_.reserve(bytes, *device_memory_, device);
+    if (!reserved.ok()) return failed(reserved.status());
+    stage = *reserved;
+    stream = device_staging_.stream();
   }
-  // The copies are ordered after the caller's work on its stream, and waited for: the input must
-  // be in host memory before the backend reads it, and the staging buffer serves the next call.
-  // A rank whose copy fails leaves its peers in the collective, to time out as with any rank that
-  // fails outside it.
+  // The input must be where the backend reads it before it runs. A rank whose copy fails
+  // leaves its peers in the collective, to time out as with any rank that fails outside it.
   if (in_bytes > 0) {
-    const Status s =
-        device_memory_->copy_and_wait(stage + in_offset, a.sendbuf, in_bytes, device, a.stream);
+    const Status s = device_memory_->copy_and_wait(stage + in_offset, a.sendbuf, in_bytes, device,
+                                                   stream, deadline);
     if (!s.ok()) return failed(s);
   }
   hvd_collective_args moved = a;
   moved.memory_type = to_host ? HVD_MEMORY_HOST : HVD_MEMORY_CUDA;
   moved.device = to_host ? -1 : device;
-  moved.stream = nullptr;
+  moved.stream = to_host ? nullptr : stream;
   moved.sendbuf = stage + in_offset;
   moved.recvbuf = stage;
-  HVD_RETURN_IF_ERROR(run(moved));
-  // Host memory through the device: the collective was queued on the default stream; waiting
-  // for the copy back after it waits for both (and for the staging buffer to be free again).
-  if (out_bytes == 0) {
-    return to_host ? Status::success() : device_memory_->synchronize(device, nullptr);
+  const Status ran = run(moved);
+  if (!to_host) {
+    // The collective was queued on the staging stream: wait for it (bounded) before the copy
+    // back, which would otherwise block the host until then, and before the buffer serves again.
+    // A collective that does not end by the deadline (a dead peer) breaks the communicator, and
+    // the abort ends it.
+    const Status s = device_memory_->synchronize(device, stream, deadline);
+    if (!s.ok()) {
+      const Status why = failed(s);
+      abort(why);
+      return why;
+    }
   }
-  const Status s = device_memory_->copy_and_wait(a.recvbuf, stage, out_bytes, device, a.stream);
+  HVD_RETURN_IF_ERROR(ran);
+  if (out_bytes == 0) return Status::success();
+  const Status s =
+      device_memory_->copy_and_wait(a.recvbuf, stage, out_bytes, device, stream, deadline);
   return s.ok() ? s : failed(s);
 }
 

@@ -81,6 +81,8 @@ class Communicator final : public Collectives, private Watchdog::Watched {
 
   Status health() const override;
   void abort(const Status& why) override;
+  // A backend that takes CUDA memory only binds the device current where it was made.
+  int32_t cuda_device() const override { return host_staging_device_; }
   // Releases the backend (with its peers while healthy; alone once broken) and reports the
   // error that broke the communicator, if any. Bounded like any call; once. A call still in
   // progress (walked away from, or on another thread) keeps what it uses: nothing is freed.

@@ -69,6 +69,14 @@ __global__ void copy_and_scale(Spans spans, Factor factor) {
 
 }  // namespace
 
+int copy_scaled_kernels_status() {
+  cudaFuncAttributes attributes{};
+  cudaError_t rc = cudaFuncGetAttributes(&attributes, copy_bytes);
+  if (rc == cudaSuccess) rc = cudaFuncGetAttributes(&attributes, copy_and_scale<__half, float>);
+  if (rc != cudaSuccess) (void)cudaGetLastError();
+  return rc;
+}
+
 int launch_copy_scaled(const CopySpan* spans, size_t count, hvd_dtype dtype, double factor,
                        void* stream) {
   if (count == 0) return cudaSuccess;

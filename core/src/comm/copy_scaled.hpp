@@ -13,6 +13,8 @@ namespace hvd::core {
 // DeviceMemory::kSpansPerLaunch spans; returns the cudaError_t of the launch.
 int launch_copy_scaled(const CopySpan* spans, size_t count, hvd_dtype dtype, double factor,
                        void* stream);
+// Whether the current device has code for the kernels (cudaFuncGetAttributes): a cudaError_t.
+int copy_scaled_kernels_status();
 
 }  // namespace hvd::core
 

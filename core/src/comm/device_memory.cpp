@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <utility>
 
 #ifdef HVD_WITH_CUDA
@@ -19,10 +20,12 @@ namespace {
 
 #ifdef HVD_WITH_CUDA
 
-Status check(cudaError_t rc, const char* what, int32_t device) {
+// `clear`: an error raised by an earlier asynchronous call would be reported again by the next
+// one, so it is cleared; except where the call may report the application's own earlier error
+// (an event's query or record), which is then the application's to see too.
+Status check(cudaError_t rc, const char* what, int32_t device, bool clear = true) {
   if (rc == cudaSuccess) return Status::success();
-  // An error raised by an earlier asynchronous call would be reported again by the next one.
-  (void)cudaGetLastError();
+  if (clear) (void)cudaGetLastError();
   return error(HVD_ERR_SYSTEM, std::string(what) + " on CUDA device " + std::to_string(device) +
                                    ": " + cudaGetErrorName(rc) + " (" + cudaGetErrorString(rc) +
                                    ")");
@@ -64,11 +67,24 @@ class CudaRuntime final : public DeviceMemory {
     return pointer;
   }
   void free_pinned(void* pointer) override { (void)cudaFreeHost(pointer); }
-  Status synchronize(int32_t device, void* stream) override {
-    const OnDevice on(device);
-    HVD_RETURN_IF_ERROR(on.status());
-    return check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize",
-                 device);
+  Status synchronize(int32_t device, void* stream,
+                     std::chrono::steady_clock::time_point deadline) override {
+    // An event polled against the deadline: cudaStreamSynchronize cannot be given one.
+    HVD_ASSIGN_OR_RETURN(void* event, create_event(device));
+    const DeviceEvent after(*this, event, device);
+    HVD_RETURN_IF_ERROR(record(event, device, stream));
+    auto pause = std::chrono::microseconds(10);
+    for (;;) {
+      HVD_ASSIGN_OR_RETURN(const bool ran, after.query());
+      if (ran) return Status::success();
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return error(HVD_ERR_TIMEOUT, "the work queued on a stream of CUDA device " +
+                                          std::to_string(device) +
+                                          " did not complete within HVD_TIMEOUT");
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
   }
 
   Result<void*> create_stream(int32_t device) override {
@@ -101,14 +117,14 @@ class CudaRuntime final : public DeviceMemory {
     HVD_RETURN_IF_ERROR(on.status());
     return check(
         cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)),
-        "cudaEventRecord", device);
+        "cudaEventRecord", device, /*clear=*/false);
   }
   Result<bool> query(void* event, int32_t device) override {
     const OnDevice on(device);
     HVD_RETURN_IF_ERROR(on.status());
     const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (rc == cudaErrorNotReady) return false;
-    HVD_RETURN_IF_ERROR(check(rc, "cudaEventQuery", device));
+    HVD_RETURN_IF_ERROR(check(rc, "cudaEventQuery", device, /*clear=*/false));
     return true;
   }
   Status wait_event(int32_t device, void* stream, void* event) override {
@@ -118,19 +134,30 @@ class CudaRuntime final : public DeviceMemory {
         cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
         "cudaStreamWaitEvent", device);
   }
-  void* allocate_device(size_t bytes, int32_t device) override {
+  void* allocate_device(size_t bytes, int32_t device, void* stream) override {
     const OnDevice on(device);
     if (!on.status().ok()) return nullptr;
     void* pointer = nullptr;
-    if (cudaMalloc(&pointer, bytes) != cudaSuccess) {
+    if (cudaMallocAsync(&pointer, bytes, static_cast<cudaStream_t>(stream)) != cudaSuccess) {
       (void)cudaGetLastError();
       return nullptr;
     }
     return pointer;
   }
-  void free_device(void* pointer, int32_t device) override {
+  void free_device(void* pointer, int32_t device, void* stream) override {
     const OnDevice on(device);
-    (void)cudaFree(pointer);
+    (void)cudaFreeAsync(pointer, static_cast<cudaStream_t>(stream));
+  }
+  Status kernels(int32_t device) override {
+#ifndef HVD_WITH_CUDA_KERNELS
+    (void)device;
+    return error(HVD_ERR_UNSUPPORTED, "this hvd was built without a CUDA compiler: no kernels");
+#else
+    const OnDevice on(device);
+    HVD_RETURN_IF_ERROR(on.status());
+    return check(static_cast<cudaError_t>(copy_scaled_kernels_status()),
+                 "hvd's copy-and-scale kernel (built for sm_75, sm_80, sm_90 and PTX)", device);
+#endif
   }
   Result<int32_t> current_device() override {
     int device = -1;
@@ -162,7 +189,9 @@ class CudaRuntime final : public DeviceMemory {
 class CudaRuntime final : public DeviceMemory {
  public:
   Status copy(void*, const void*, size_t, int32_t, void*) override { return unavailable(); }
-  Status synchronize(int32_t, void*) override { return unavailable(); }
+  Status synchronize(int32_t, void*, std::chrono::steady_clock::time_point) override {
+    return unavailable();
+  }
   void* allocate_pinned(size_t, int32_t) override { return nullptr; }
   void free_pinned(void*) override {}
   Result<void*> create_stream(int32_t) override { return unavailable(); }
@@ -172,8 +201,9 @@ class CudaRuntime final : public DeviceMemory {
   Status record(void*, int32_t, void*) override { return unavailable(); }
   Result<bool> query(void*, int32_t) override { return unavailable(); }
   Status wait_event(int32_t, void*, void*) override { return unavailable(); }
-  void* allocate_device(size_t, int32_t) override { return nullptr; }
-  void free_device(void*, int32_t) override {}
+  void* allocate_device(size_t, int32_t, void*) override { return nullptr; }
+  void free_device(void*, int32_t, void*) override {}
+  Status kernels(int32_t) override { return unavailable(); }
   Result<int32_t> current_device() override { return unavailable(); }
   Status copy_scaled(const CopySpan*, size_t, hvd_dtype, double, int32_t, void*) override {
     return unavailable();
@@ -229,23 +259,34 @@ char* StagingBuffer::reserve(size_t bytes, DeviceMemory* pin_with, int32_t devic
   return data_;
 }
 
-char* DeviceBuffer::reserve(size_t bytes, DeviceMemory& runtime, int32_t device) {
-  if (data_ != nullptr && bytes <= size_ && runtime_ == &runtime && device_ == device) return data_;
-  const size_t want =
-      std::max({bytes, runtime_ == &runtime && device_ == device ? size_ : 0, size_t{1}});
-  release();
-  data_ = static_cast<char*>(runtime.allocate_device(want, device));
-  if (data_ == nullptr) return nullptr;
-  size_ = want;
-  runtime_ = &runtime;
-  device_ = device;
+Result<char*> DeviceBuffer::reserve(size_t bytes, DeviceMemory& runtime, int32_t device) {
+  if (runtime_ != &runtime || device_ != device) {
+    release();
+    HVD_ASSIGN_OR_RETURN(stream_, runtime.create_stream(device));
+    runtime_ = &runtime;
+    device_ = device;
+  }
+  if (data_ != nullptr && bytes <= size_) return data_;
+  const size_t want = std::max({bytes, size_, size_t{1}});
+  if (data_ != nullptr) runtime_->free_device(data_, device_, stream_);  // after its last use
+  data_ = static_cast<char*>(runtime_->allocate_device(want, device_, stream_));
+  size_ = data_ != nullptr ? want : 0;
+  if (data_ == nullptr) {
+    return error(HVD_ERR_SYSTEM, "no device memory for " + std::to_string(want) +
+                                     " bytes on CUDA device " + std::to_string(device_));
+  }
   return data_;
 }
 
 void DeviceBuffer::release() {
-  if (data_ != nullptr) runtime_->free_device(data_, device_);
+  if (runtime_ == nullptr) return;
+  if (data_ != nullptr) runtime_->free_device(data_, device_, stream_);
+  runtime_->destroy_stream(stream_, device_);  // its work, the free included, still completes
   data_ = nullptr;
   size_ = 0;
+  runtime_ = nullptr;
+  stream_ = nullptr;
+  device_ = -1;
 }
 
 void StagingBuffer::release() {

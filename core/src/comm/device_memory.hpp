@@ -11,6 +11,7 @@
 #ifndef HVD_CORE_COMM_DEVICE_MEMORY_HPP
 #define HVD_CORE_COMM_DEVICE_MEMORY_HPP
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -32,8 +33,10 @@ class DeviceMemory {
   // Queues a copy of `bytes` between host memory and `device`'s (either way) on `stream`, a
   // cudaStream_t of that device (null: its default stream), after the work already queued there.
   virtual Status copy(void* dst, const void* src, size_t bytes, int32_t device, void* stream) = 0;
-  // Returns once the work queued on `stream` has completed.
-  virtual Status synchronize(int32_t device, void* stream) = 0;
+  // Returns once the work queued on `stream` has completed, or HVD_ERR_TIMEOUT at `deadline` (a
+  // collective whose peer died never completes; the caller then aborts its communicator).
+  virtual Status synchronize(int32_t device, void* stream,
+                             std::chrono::steady_clock::time_point deadline) = 0;
   // Page-locked host memory of `bytes` (cudaHostAlloc), or null where the runtime gives none
   // (no driver, no GPU, no memory): copies from and to it run at the link's speed, where
   // pageable memory goes through the driver's own bounce buffer. Released with free_pinned.
@@ -41,9 +44,10 @@ class DeviceMemory {
   virtual void* allocate_pinned(size_t bytes, int32_t device) = 0;
   virtual void free_pinned(void* pointer) = 0;
   // copy(), then synchronize(): on success the copy has completed.
-  Status copy_and_wait(void* dst, const void* src, size_t bytes, int32_t device, void* stream) {
+  Status copy_and_wait(void* dst, const void* src, size_t bytes, int32_t device, void* stream,
+                       std::chrono::steady_clock::time_point deadline) {
     HVD_RETURN_IF_ERROR(copy(dst, src, bytes, device, stream));
-    return synchronize(device, stream);
+    return synchronize(device, stream, deadline);
   }
 
   // ---- Work ordered on streams (the device executor's). Events and streams are opaque handles
@@ -58,10 +62,14 @@ class DeviceMemory {
   virtual Result<bool> query(void* event, int32_t device) = 0;
   // Work queued on `stream` from now on runs after what `event` captured; the host goes on.
   virtual Status wait_event(int32_t device, void* stream, void* event) = 0;
-  // Memory of `device` (cudaMalloc), or null where none is had. Freed with free_device, which
-  // the caller makes sure runs after the work that uses it.
-  virtual void* allocate_device(size_t bytes, int32_t device) = 0;
-  virtual void free_device(void* pointer, int32_t device) = 0;
+  // Memory of `device`, or null where none is had, ordered on `stream` (cudaMallocAsync): work
+  // queued there from now on may use it. free_device frees it after the work queued on `stream`
+  // (cudaFreeAsync), without waiting: neither synchronizes the device, as cudaFree would.
+  virtual void* allocate_device(size_t bytes, int32_t device, void* stream) = 0;
+  virtual void free_device(void* pointer, int32_t device, void* stream) = 0;
+  // Whether hvd's kernels (copy_scaled) have code for `device`: the build's architectures, or a
+  // build without a CUDA compiler.
+  virtual Status kernels(int32_t device) = 0;
   // The device current on the calling thread (cudaGetDevice): the one a backend that binds a
   // device at creation (NCCL) binds.
   virtual Result<int32_t> current_device() = 0;
@@ -95,8 +103,9 @@ class DeviceEvent {
   int32_t device_;
 };
 
-// Device memory that grows and never shrinks, for copies that are waited for (so that the old
-// memory is idle when it grows). Its contents do not survive a growth. Move-only.
+// Device memory that grows and never shrinks, with the stream of its own that its copies and
+// uses are ordered on (allocations and frees too: a growth waits for nothing). Its contents do
+// not survive a growth. Not copyable.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -104,8 +113,10 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  // At least `bytes` on `device` through `runtime`; null where none was had.
-  char* reserve(size_t bytes, DeviceMemory& runtime, int32_t device);
+  // At least `bytes` on `device` through `runtime`; its stream made on first use. An error where
+  // neither was had.
+  Result<char*> reserve(size_t bytes, DeviceMemory& runtime, int32_t device);
+  void* stream() const { return stream_; }
 
  private:
   void release();
@@ -114,6 +125,7 @@ class DeviceBuffer {
   size_t size_ = 0;
   DeviceMemory* runtime_ = nullptr;
   int32_t device_ = -1;
+  void* stream_ = nullptr;
 };
 
 // The CUDA runtime's. In a build without the CUDA toolkit every call fails, saying so.

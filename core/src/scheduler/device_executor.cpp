@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <string>
-#include <thread>
-
-#include "common/log.hpp"
 
 namespace hvd::core {
 namespace {
@@ -18,7 +15,7 @@ uint64_t aligned(uint64_t bytes) { return (bytes + kAlignment - 1) / kAlignment 
 Status DeviceExecutor::probe(int32_t device) {
   HVD_ASSIGN_OR_RETURN(void* event, runtime_.create_event(device));
   release({event, nullptr, 0}, device);  // the first ready event's
-  return Status::success();
+  return runtime_.kernels(device);
 }
 
 Result<DeviceExecutor::Ready> DeviceExecutor::record_ready(int32_t device, void* stream) {
@@ -35,8 +32,12 @@ Result<DeviceExecutor::Ready> DeviceExecutor::record_ready(int32_t device, void*
     HVD_ASSIGN_OR_RETURN(event, runtime_.create_event(device));
   }
   Ready ready{event, stream, 0};
-  ready.sequence = ++sequence_;  // after taking the event: recorded in this order on one stream
-  const Status recorded = runtime_.record(event, device, stream);
+  Status recorded;
+  {
+    std::lock_guard<std::mutex> lock(record_mutex_);
+    ready.sequence = ++sequence_;
+    recorded = runtime_.record(event, device, stream);
+  }
   if (!recorded.ok()) {
     release(ready, device);
     return recorded;
@@ -55,7 +56,6 @@ Result<DeviceExecutor::PerDevice*> DeviceExecutor::on(int32_t device) {
   if (d.stream == nullptr) {
     HVD_ASSIGN_OR_RETURN(d.stream, runtime_.create_stream(device));
   }
-  free_retired(d, device, /*all=*/false);
   return &d;
 }
 
@@ -80,13 +80,11 @@ Status DeviceExecutor::order_after(const std::vector<const Ready*>& ready, int32
 Result<char*> DeviceExecutor::fusion_buffer(PerDevice& d, int32_t device, size_t bytes) {
   if (bytes <= d.fusion_bytes) return static_cast<char*>(d.fusion);
   if (d.fusion != nullptr) {
-    // The work queued on the stream may still use it: freed once an event after it completes.
-    HVD_ASSIGN_OR_RETURN(Done after, completed(device, d.stream));
-    d.retired.push_back({d.fusion, std::move(after)});
+    runtime_.free_device(d.fusion, device, d.stream);  // after the work queued there
     d.fusion = nullptr;
     d.fusion_bytes = 0;
   }
-  void* data = runtime_.allocate_device(bytes, device);
+  void* data = runtime_.allocate_device(bytes, device, d.stream);
   if (data == nullptr) {
     return error(HVD_ERR_SYSTEM, "could not allocate a fusion buffer of " + std::to_string(bytes) +
                                      " bytes on CUDA device " + std::to_string(device) +
@@ -102,16 +100,6 @@ Result<DeviceExecutor::Done> DeviceExecutor::completed(int32_t device, void* str
   auto done = std::make_shared<const DeviceEvent>(runtime_, event, device);
   HVD_RETURN_IF_ERROR(runtime_.record(event, device, stream));
   return Done(std::move(done));
-}
-
-void DeviceExecutor::free_retired(PerDevice& d, int32_t device, bool all) {
-  auto keep = std::remove_if(d.retired.begin(), d.retired.end(), [&](const Retired& r) {
-    const Result<bool> ran = r.after->query();
-    if (!all && !(ran.ok() && *ran)) return false;
-    runtime_.free_device(r.data, device);
-    return true;
-  });
-  d.retired.erase(keep, d.retired.end());
 }
 
 Result<DeviceExecutor::Done> DeviceExecutor::allreduce(const std::vector<Tensor>& batch,
@@ -176,37 +164,13 @@ Result<char*> DeviceExecutor::scratch(int32_t device, size_t bytes) {
   return fusion_buffer(*d, device, std::max<size_t>(bytes, 1));
 }
 
-size_t DeviceExecutor::fusion_buffer_bytes(int32_t device) const {
-  const auto it = devices_.find(device);
-  return it == devices_.end() ? 0 : it->second.fusion_bytes;
-}
-
 DeviceExecutor::~DeviceExecutor() {
+  // Nothing here waits for the device: the buffers are freed in stream order, and a destroyed
+  // stream's work still completes (a collective stuck in NCCL's kernel ends when its
+  // communicator is aborted, which the communicator's own finalize sees to).
   for (auto& [device, d] : devices_) {
     if (d.stream == nullptr) continue;
-    // Bounded: a collective that never ends (a peer died inside NCCL's kernel and its
-    // communicator was not aborted) must not hang the process's exit.
-    bool drained = false;
-    const Result<Done> last = completed(device, d.stream);
-    const auto deadline = std::chrono::steady_clock::now() + kDrainLimit;
-    while (last.ok()) {
-      const Result<bool> ran = (*last)->query();
-      if (!ran.ok() || *ran) {
-        drained = true;  // done, or the device failed: nothing runs there any more either way
-        break;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (!drained) {
-      log(HVD_LOG_WARNING, "CUDA device " + std::to_string(device) +
-                               ": hvd's work there did not finish within " +
-                               std::to_string(kDrainLimit.count()) +
-                               " s; its fusion buffers and stream are left allocated");
-      continue;
-    }
-    free_retired(d, device, /*all=*/true);
-    if (d.fusion != nullptr) runtime_.free_device(d.fusion, device);
+    if (d.fusion != nullptr) runtime_.free_device(d.fusion, device, d.stream);
     runtime_.destroy_stream(d.stream, device);
   }
   for (auto& [device, idle] : idle_events_) {

@@ -31,14 +31,14 @@ namespace hvd::core {
 class DeviceExecutor {
  public:
   explicit DeviceExecutor(DeviceMemory& runtime) : runtime_(runtime) {}
-  // Waits up to kDrainLimit for the work it queued, then frees its buffers, streams and events
-  // (what the device may still use is left allocated, with a warning, rather than freed under
-  // it).
+  // Frees its buffers (in stream order: after the work queued on them), streams and events,
+  // without waiting for the device.
   ~DeviceExecutor();
   DeviceExecutor(const DeviceExecutor&) = delete;
   DeviceExecutor& operator=(const DeviceExecutor&) = delete;
 
-  // Whether it can drive `device` (an event made and destroyed there): the runtime's reason if not.
+  // Whether it can drive `device` (an event made there, and hvd's kernels have code for it): the
+  // runtime's reason if not.
   Status probe(int32_t device);
 
   // What a tensor's collective waits for: the work queued on its producer's stream when it was
@@ -75,34 +75,27 @@ class DeviceExecutor {
   // `queue`): the fusion buffer, which that stream's order keeps from other uses.
   Result<char*> scratch(int32_t device, size_t bytes);
 
-  // Bytes of device memory held for fusion on `device` (0 before its first fused batch).
-  size_t fusion_buffer_bytes(int32_t device) const;
-  static constexpr std::chrono::seconds kDrainLimit{10};
-
  private:
-  struct Retired {  // a fusion buffer outgrown while the device may still use it
-    void* data;
-    std::shared_ptr<const DeviceEvent> after;  // its last use
-  };
   struct PerDevice {
     void* stream = nullptr;
-    void* fusion = nullptr;
+    void* fusion = nullptr;  // allocated and freed in stream order: a growth waits for nothing
     size_t fusion_bytes = 0;
-    std::vector<Retired> retired;
   };
   Result<PerDevice*> on(int32_t device);
   // hvd's stream waits for the batch's ready events: the latest one of each producer stream.
   Status order_after(const std::vector<const Ready*>& ready, int32_t device, void* stream);
   Result<char*> fusion_buffer(PerDevice& d, int32_t device, size_t bytes);
   Result<Done> completed(int32_t device, void* stream);
-  void free_retired(PerDevice& d, int32_t device, bool all);
 
   DeviceMemory& runtime_;
   std::map<int32_t, PerDevice> devices_;  // the scheduler's thread only
 
   mutable std::mutex pool_mutex_;  // submitting threads and the scheduler's
   std::map<int32_t, std::vector<void*>> idle_events_;
-  std::atomic<uint64_t> sequence_{0};
+  // Ready events are numbered and recorded under one lock, so that on one stream a higher number
+  // is a later record.
+  std::mutex record_mutex_;
+  uint64_t sequence_ = 0;
 };
 
 }  // namespace hvd::core

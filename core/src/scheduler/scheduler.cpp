@@ -106,6 +106,11 @@ Result<SchedulerOptions> SchedulerOptions::from_env(const EnvLookup& env) {
   HVD_ASSIGN_OR_RETURN(double stop, number_knob(env, "STALL_SHUTDOWN_TIME_SECONDS", 0, 0));
   o.stall_shutdown = std::chrono::duration<double>(stop);
   if (knob(env, "STALL_CHECK_DISABLE").value_or("0") == "1") o.stall_check = {};
+  const std::string executor = knob(env, "DEVICE_EXECUTOR").value_or("1");
+  if (executor != "0" && executor != "1") {
+    return error(HVD_ERR_INVALID_ARGUMENT, "HVD_DEVICE_EXECUTOR='" + executor + "' is not 0 or 1");
+  }
+  o.device_executor = executor == "1";
   return o;
 }
 
@@ -118,11 +123,16 @@ bool Completion::done() const {
 
 bool Completion::done_locked() const {
   if (!done_) return false;
-  if (!on_device_) return true;
-  const Result<bool> ran = on_device_->query();
+  if (!on_device_.event) return true;
+  const Result<bool> ran = on_device_.event->query();
   if (ran.ok() && !*ran) return false;
   if (!ran.ok() && status_.ok()) status_ = ran.status().with_context("on the device");
-  on_device_.reset();
+  if (status_.ok() && on_device_.failure) {
+    if (std::optional<Status> broke = on_device_.failure->get()) {
+      status_ = broke->with_context("the communicator broke before the device had run it");
+    }
+  }
+  on_device_ = {};
   return true;
 }
 
@@ -171,17 +181,22 @@ Status Completion::wait(std::chrono::duration<double> timeout) const {
 }
 
 Status Completion::order_stream(void* stream, std::chrono::duration<double> timeout) const {
-  std::shared_ptr<const DeviceEvent> on_device;
+  std::shared_ptr<const DeviceEvent> event;
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!wait_settled(lock, timeout)) return not_within(timeout);
-    if (!status_.ok() || !on_device_) return status_;  // done: nothing left on a device
-    on_device = on_device_;
+    if (status_.ok() && on_device_.direct) {
+      return error(HVD_ERR_UNSUPPORTED,
+                   "this operation was queued on the stream it was submitted with (hvd's device "
+                   "executor cannot run here): order work after it on that stream");
+    }
+    if (!status_.ok() || !on_device_.event) return status_;  // done: nothing left on a device
+    event = on_device_.event;
   }
-  return on_device->order(stream);
+  return event->order(stream);
 }
 
-bool Completion::settle(const Status& status, std::shared_ptr<const DeviceEvent> on_device) {
+bool Completion::settle(const Status& status, DeviceWork on_device) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (done_) return false;
   status_ = status;
@@ -194,7 +209,7 @@ bool Completion::settle(const Status& status, std::shared_ptr<const DeviceEvent>
   return true;
 }
 
-void Completion::complete(Status status, std::shared_ptr<const DeviceEvent> on_device) {
+void Completion::complete(Status status, DeviceWork on_device) {
   if (settle(status, std::move(on_device))) cv_.notify_all();
 }
 
@@ -231,8 +246,7 @@ Status Completion::output(void** data, int64_t* first_dim) const {
 }
 
 void Completion::complete_all(const std::vector<std::shared_ptr<Completion>>& all,
-                              const Status& status,
-                              const std::shared_ptr<const DeviceEvent>& on_device) {
+                              const Status& status, const DeviceWork& on_device) {
   for (const auto& c : all) c->settle(status, on_device);
   for (const auto& c : all) c->cv_.notify_all();
 }
@@ -321,15 +335,10 @@ Status Scheduler::prepare(Submission& s) const {
   if (cuda_to_backend && spec.device < 0) {
     return invalid("a CUDA tensor needs a device ordinal, not " + std::to_string(spec.device));
   }
-  spec.device_executor = cuda_to_backend && probe_device(spec.device).ok();
-  if (on_device(spec)) {
-    int32_t fixed = -1;
-    if (!cuda_device_.compare_exchange_strong(fixed, spec.device) && fixed != spec.device) {
-      return invalid("it is on CUDA device " + std::to_string(spec.device) +
-                     ", this communicator's CUDA tensors on device " + std::to_string(fixed) +
-                     ": its backend drives one device (NCCL binds one per communicator)");
-    }
-  }
+  // Probed on the backend's device where it says which (else this tensor's).
+  spec.device_executor =
+      cuda_to_backend &&
+      probe_device(data_.cuda_device() >= 0 ? data_.cuda_device() : spec.device).ok();
   const bool sends = spec.type != OpType::kBroadcast || spec.root == control_.rank();
   // An allgather or alltoall without a recv buffer gets one from hvd, of the size that arrives
   // (host memory).
@@ -417,6 +426,20 @@ Status Scheduler::prepare(Submission& s) const {
           "scale factors on CUDA tensors need hvd's device executor, which cannot run "
           "here: " +
           device_unusable_.message());
+    }
+  }
+  // Last, once the submission is otherwise valid: the first one fixes this rank's device.
+  if (on_device(spec)) {
+    int32_t fixed = data_.cuda_device();
+    if (fixed < 0 && !cuda_device_.compare_exchange_strong(fixed, spec.device)) {
+      // fixed: the device an earlier tensor fixed
+    } else if (fixed < 0) {
+      fixed = spec.device;
+    }
+    if (fixed != spec.device) {
+      return invalid("it is on CUDA device " + std::to_string(spec.device) +
+                     ", this communicator's CUDA tensors on device " + std::to_string(fixed) +
+                     ": its backend drives one device (NCCL binds one per communicator)");
     }
   }
   return Status::success();
@@ -532,7 +555,9 @@ Status Scheduler::admit_locked(const std::string& name) const {
 
 const Status& Scheduler::probe_device(int32_t device) const {
   std::call_once(device_probe_, [&] {
-    device_unusable_ = device_executor_->probe(device);
+    device_unusable_ = options_.device_executor
+                           ? device_executor_->probe(device)
+                           : error(HVD_ERR_UNSUPPORTED, "HVD_DEVICE_EXECUTOR=0");
     if (!device_unusable_.ok()) {
       log(HVD_LOG_WARNING,
           "CUDA tensors go to the backend as they are, unfused, completing when queued: hvd's "
@@ -607,6 +632,7 @@ void Scheduler::fail_for(const Status& status) {
     }
   }
   log(HVD_LOG_ERROR, "scheduler stopped: " + why.message());
+  failure_token_->set(why);  // before the abort that may end the device work it settled
   data_.abort(why);
   control_.abort(why);
   {
@@ -879,6 +905,7 @@ Pointer Scheduler::end_to_end(const std::vector<Entry*>& batch, Pointer Submissi
 
 Status Scheduler::stage(const std::vector<Entry*>& batch, bool in) {
   DeviceMemory& device = *options_.device_memory;
+  const auto deadline = Clock::now() + options_.timeout;
   // The batch's streams, each waited for once on its device (a rank may use several devices).
   std::vector<std::pair<int32_t, void*>> streams;
   const auto failed = [](const Status& s) {
@@ -897,7 +924,7 @@ Status Scheduler::stage(const std::vector<Entry*>& batch, bool in) {
     if (std::find(streams.begin(), streams.end(), on) == streams.end()) streams.push_back(on);
   }
   for (const auto& [ordinal, stream] : streams) {
-    const Status s = device.synchronize(ordinal, stream);
+    const Status s = device.synchronize(ordinal, stream, deadline);
     if (!s.ok()) return failed(s);
   }
   return Status::success();
@@ -1023,13 +1050,14 @@ void Scheduler::run_on_device(std::vector<Entry*>& batch) {
       timeline_->span(e->what.name, "ALLREDUCE", start, end);  // queued on the device
     }
   }
-  finish(batch, done.status(), done.ok() ? *done : nullptr);
+  finish(batch, done.status(), on_device_done(done));
   batch.clear();
 }
 
 void Scheduler::fail_device(const Status& status) {
   // This rank may have queued only part of the batch's work: its next backend call would pair
   // with its peers' earlier one. Broken, as a backend error breaks the communicator.
+  failure_token_->set(status);
   data_.abort(status);
 }
 
@@ -1048,7 +1076,7 @@ void Scheduler::run_alone(Entry& e) {
       timeline_->span(e.what.name, "QUEUE", e.negotiated, start);
       timeline_->span(e.what.name, op_type_name(e.what.spec.type), start, Clock::now());
     }
-    finish(&e, done.status(), done.ok() ? *done : nullptr);
+    finish(&e, done.status(), on_device_done(done));
     return;
   }
   const auto start = Clock::now();
@@ -1058,7 +1086,10 @@ void Scheduler::run_alone(Entry& e) {
     timeline_->span(e.what.name, "QUEUE", e.negotiated, start);
     timeline_->span(e.what.name, op_type_name(e.what.spec.type), start, Clock::now());
   }
-  finish(&e, status);
+  // CUDA memory given to the backend as it is (the direct path): queued on its own stream.
+  DeviceWork direct;
+  direct.direct = e.what.spec.memory == HVD_MEMORY_CUDA && !data_.stages(e.what.spec.memory);
+  finish(&e, status, direct);
 }
 
 Status Scheduler::run_collective(Entry& e) {
@@ -1216,12 +1247,12 @@ Status Scheduler::run_alltoall(Entry& e) {
   return status;
 }
 
-void Scheduler::finish(Entry* e, const Status& status, const DeviceExecutor::Done& done) {
-  finish(std::vector<Entry*>{e}, status, done);
+void Scheduler::finish(Entry* e, const Status& status, const DeviceWork& on_device) {
+  finish(std::vector<Entry*>{e}, status, on_device);
 }
 
 void Scheduler::finish(const std::vector<Entry*>& entries, const Status& status,
-                       const DeviceExecutor::Done& done) {
+                       const DeviceWork& on_device) {
   std::vector<std::shared_ptr<Completion>> completions;
   completions.reserve(entries.size());
   for (Entry* e : entries) {
@@ -1246,7 +1277,7 @@ void Scheduler::finish(const std::vector<Entry*>& entries, const Status& status,
     }
   }
   tensors_ += completions.size();
-  Completion::complete_all(completions, status, done);
+  Completion::complete_all(completions, status, on_device);
 }
 
 Scheduler::Stats Scheduler::stats() const {

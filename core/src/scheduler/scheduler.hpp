@@ -46,12 +46,46 @@ struct SchedulerOptions {
   // How CUDA tensors are staged through the fusion buffer for a backend that takes host memory
   // only (null: the CUDA runtime's); a test's fake where there is no GPU.
   DeviceMemory* device_memory = nullptr;
+  // Bounds the waits for staging copies (the communicator's HVD_TIMEOUT).
+  std::chrono::milliseconds timeout{30000};
+  // HVD_DEVICE_EXECUTOR (default 1): CUDA tensors on a backend that takes CUDA memory run on the
+  // device executor; 0 gives them to the backend as they are (the direct path), as where the
+  // executor cannot run (for a test plugin that takes host pointers for CUDA memory).
+  bool device_executor = true;
 
   // The knobs above, or HOROVOD_* spellings; a malformed value is an error naming it.
   static Result<SchedulerOptions> from_env(const EnvLookup& env);
 };
 
 class Scheduler;
+
+// Why a scheduler's communicators were aborted, once they were: shared with the completions it
+// settled on a device. Their events complete even when the backend was aborted under their work
+// (ncclCommAbort ends NCCL's kernels without a CUDA error), so an operation whose device work
+// was not yet seen complete when the communicators broke fails with their error.
+class SharedFailure {
+ public:
+  void set(const Status& why) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!why_) why_ = why;
+  }
+  std::optional<Status> get() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return why_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::optional<Status> why_;
+};
+
+// An operation's work on a device, where it has some: the event after it, and the scheduler's
+// failure that would make it fail.
+struct DeviceWork {
+  std::shared_ptr<const DeviceEvent> event;
+  std::shared_ptr<const SharedFailure> failure;
+  bool direct = false;  // queued on its own stream, with no event of hvd's (the direct path)
+};
 
 // The end of one submitted operation; shared by the scheduler and the caller's handle.
 //
@@ -68,14 +102,14 @@ class Completion {
   Status wait(std::chrono::duration<double> timeout) const;
   // Waits up to `timeout` until settled; then work queued on `stream` (a cudaStream_t of the
   // operation's device) runs after the operation's, and the host does not wait for the device.
-  // An operation without device work (host memory, staged) is waited for until done.
+  // An operation without device work (host memory, staged) is waited for until done. One that
+  // ran on its own stream (the direct path) cannot be ordered so: HVD_ERR_UNSUPPORTED.
   Status order_stream(void* stream, std::chrono::duration<double> timeout) const;
-  void complete(Status status, std::shared_ptr<const DeviceEvent> on_device = nullptr);
+  void complete(Status status, DeviceWork on_device = {});
   // Completes every one, then wakes their waiters: a caller that waits on them in order wakes
   // once, not once per completion while the rest are still being completed.
   static void complete_all(const std::vector<std::shared_ptr<Completion>>& all,
-                           const Status& status,
-                           const std::shared_ptr<const DeviceEvent>& on_device = nullptr);
+                           const Status& status, const DeviceWork& on_device = {});
 
   // An allgather submitted without a recv buffer: the gathered tensor hvd allocated, and its
   // first dimension (the ranks', summed). Set by the scheduler before it completes; read once it
@@ -87,7 +121,7 @@ class Completion {
   Status received_splits(std::vector<int64_t>* splits) const;
 
  private:
-  bool settle(const Status& status, std::shared_ptr<const DeviceEvent> on_device);
+  bool settle(const Status& status, DeviceWork on_device);
   // Settled, waits up to `deadline` for the device event (if any): the operation's status then.
   Status wait_for_device(std::chrono::steady_clock::time_point deadline) const;
   // Under mutex_: settled and the device event seen complete (polled once more if not yet).
@@ -104,8 +138,8 @@ class Completion {
   mutable int waiters_ = 0;  // threads in wait() counted in the scheduler
   bool done_ = false;        // settled
   mutable Status status_;
-  // Completes the operation on its device; dropped once seen complete.
-  mutable std::shared_ptr<const DeviceEvent> on_device_;
+  // Completes the operation on its device; the event dropped once seen complete.
+  mutable DeviceWork on_device_;
   std::unique_ptr<char[]> output_;
   int64_t output_first_dim_ = -1;  // -1: no output allocated by hvd
   std::optional<std::vector<int64_t>> received_splits_;
@@ -245,10 +279,14 @@ class Scheduler {
   static Result<void*> output_of(const Submission& w, uint64_t bytes,
                                  std::unique_ptr<char[]>* allocated);
   Status run_alltoall(Entry& e);
-  void finish(Entry* e, const Status& status, const DeviceExecutor::Done& done = nullptr);
-  // `done`: the event after the entries' device work (they complete when it does).
+  void finish(Entry* e, const Status& status, const DeviceWork& on_device = {});
+  // `on_device`: the event after the entries' device work (they complete when it does).
   void finish(const std::vector<Entry*>& entries, const Status& status,
-              const DeviceExecutor::Done& done = nullptr);
+              const DeviceWork& on_device = {});
+  // What finishes a batch the device executor queued: its event, and this scheduler's failure.
+  DeviceWork on_device_done(const Result<DeviceExecutor::Done>& done) const {
+    return done.ok() ? DeviceWork{*done, failure_token_, false} : DeviceWork{};
+  }
   void fail_all(const Status& status);
   // The communicators broke (or negotiation failed): abort both, so that peers learn at once,
   // and fail everything with the error that broke them.
@@ -264,6 +302,7 @@ class Scheduler {
   std::unique_ptr<Timeline> timeline_;
   StagingBuffer fusion_buffer_;                      // pinned once it has staged CUDA tensors
   std::unique_ptr<DeviceExecutor> device_executor_;  // where the backend takes CUDA memory
+  std::shared_ptr<SharedFailure> failure_token_ = std::make_shared<SharedFailure>();
   // The device of this rank's CUDA tensors on such a backend: the first one submitted fixes it
   // (NCCL binds one device per communicator); -1 before.
   mutable std::atomic<int32_t> cuda_device_{-1};
