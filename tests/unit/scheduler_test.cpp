@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <list>
 #include <random>
 #include <set>
 #include <thread>
@@ -968,8 +969,10 @@ TEST(DeviceExecutor, AnOutgrownFusionBufferIsFreedOnceTheDeviceIsPastIt) {
   Job job(1, fast_options(), /*data_takes_cuda=*/true);
   FakeDeviceMemory& gpu = *job.device_memory[0];
   uint64_t settled = 0;
+  std::list<std::vector<float>> tensors;  // alive until the paused device has run on them
   auto batch = [&](int64_t n) {
-    std::vector<float> a(static_cast<size_t>(n), 1), b(a.size(), 2);
+    std::vector<float>& a = tensors.emplace_back(static_cast<size_t>(n), 1.0f);
+    std::vector<float>& b = tensors.emplace_back(static_cast<size_t>(n), 2.0f);
     std::vector<Submission> group;
     group.push_back(allreduce("a", a.data(), a.data(), HVD_FLOAT32, {n}));
     group.push_back(allreduce("b", b.data(), b.data(), HVD_FLOAT32, {n}));
