@@ -50,14 +50,19 @@ bool ok(const Status& s, const char* what) {
   return false;
 }
 
-// Seconds for `work` (which queues on `stream`) to be queued and run, median of `reps`.
+// Seconds for `work` (which queues on `stream`) to be queued and run, median of `reps`; the
+// stream is spun on (no sleep to skew the figure), at most 60 s. Negative: it failed or hung.
 template <typename Work>
 double timed(int reps, cudaStream_t stream, Work&& work) {
   std::vector<double> seconds;
   for (int r = 0; r < reps; ++r) {
     const auto start = Clock::now();
     work();
-    cudaStreamSynchronize(stream);
+    cudaError_t rc;
+    while ((rc = cudaStreamQuery(stream)) == cudaErrorNotReady) {
+      if (Clock::now() - start > std::chrono::seconds(60)) return -1;
+    }
+    if (!ok(rc, "cudaStreamQuery")) return -1;
     seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
   return median(seconds);
@@ -122,6 +127,7 @@ int main(int argc, char** argv) {
   };
   const double pageable_s = round_trip(pageable.data());
   const double pinned_s = round_trip(host);
+  if (pageable_s < 0 || pinned_s < 0) return 1;
   const double gb = 2.0 * static_cast<double>(staged) / 1e9;
   std::printf("staging, 64 MiB host -> device -> host (DeviceMemory::copy)\n");
   row("pageable memory", gb / pageable_s, "GB/s", "");
@@ -160,6 +166,7 @@ int main(int argc, char** argv) {
     }
   });
   if (!ok(packed, "copy_scaled")) return 1;
+  if (copy_s < 0 || fused_s < 0) return 1;
   {
     std::vector<char> in(batch_bytes), out(batch_bytes);
     if (!ok(cudaMemcpy(in.data(), inputs, batch_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy") ||

@@ -1,10 +1,12 @@
 #include "buffer.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
 
+#include "bootstrap/env.hpp"
 #include "hvd/reduce.h"
 
 #ifdef HVD_BENCH_WITH_CUDA
@@ -143,7 +145,21 @@ Status Buffer::download(void* host, size_t bytes, size_t offset) const {
 Status synchronize(hvd_memory_type memory) {
   if (memory == HVD_MEMORY_HOST) return Status::success();
 #ifdef HVD_BENCH_WITH_CUDA
-  return cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  // Spun on against HVD_TIMEOUT, as nccl-tests does: cudaDeviceSynchronize takes no deadline,
+  // and a peer that died leaves NCCL's kernel running forever. The benchmark's CUDA work is all
+  // on the default stream.
+  static const Result<std::chrono::milliseconds> timeout =
+      core::timeout_from_env(core::process_env());
+  HVD_RETURN_IF_ERROR(timeout.status());
+  const auto deadline = std::chrono::steady_clock::now() + *timeout;
+  for (;;) {
+    const cudaError_t rc = cudaStreamQuery(nullptr);
+    if (rc != cudaErrorNotReady) return cuda_check(rc, "cudaStreamQuery");
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return error(HVD_ERR_TIMEOUT,
+                   "the device's work did not complete within HVD_TIMEOUT (a peer may have died)");
+    }
+  }
 #else
   return no_cuda();
 #endif

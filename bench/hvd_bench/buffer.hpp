@@ -35,7 +35,8 @@ class Buffer {
   size_t bytes_ = 0;
 };
 
-// Waits for the work queued on the default stream (CUDA), or returns at once (host).
+// Waits (within HVD_TIMEOUT) for the work queued on the default stream (CUDA), or returns at
+// once (host).
 Status synchronize(hvd_memory_type memory);
 
 // The CUDA device this rank uses (its local rank, modulo the devices), or why there is none.

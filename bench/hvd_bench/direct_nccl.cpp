@@ -1,6 +1,6 @@
 // The NCCL baseline: ncclAllReduce / ncclAllGather / ncclBroadcast / ncclReduceScatter and
 // grouped ncclSend/ncclRecv (alltoall) on a communicator of its own over the same ranks, on the
-// call's stream (the benchmark synchronizes the device after each timed loop, as for hvd's).
+// call's stream (the benchmark waits for the default stream after each timed loop, as for hvd's).
 // Its unique id travels through hvd's own broadcast, in CUDA memory (the nccl backend takes no
 // other).
 #include <cuda_runtime_api.h>
@@ -13,6 +13,7 @@
 
 #include "bootstrap/env.hpp"
 
+#include "buffer.hpp"
 #include "direct.hpp"
 #include "nccl_types.hpp"
 
@@ -120,7 +121,7 @@ Result<std::unique_ptr<DirectLibrary>> open_direct_nccl(Comm& comm) {
   Status s = cuda(cudaMemcpy(staged, &id, sizeof id, cudaMemcpyHostToDevice), "cudaMemcpy");
   const hvd_placement on_device{sizeof(hvd_placement), HVD_MEMORY_CUDA, device, nullptr};
   if (s.ok()) s = comm.broadcast(staged, staged, sizeof id, HVD_UINT8, 0, &on_device);
-  if (s.ok()) s = cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  if (s.ok()) s = synchronize(HVD_MEMORY_CUDA);
   if (s.ok()) s = cuda(cudaMemcpy(&id, staged, sizeof id, cudaMemcpyDeviceToHost), "cudaMemcpy");
   (void)cudaFree(staged);
   HVD_RETURN_IF_ERROR(s);

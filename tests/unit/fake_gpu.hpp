@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -44,14 +45,25 @@ class FakeDeviceMemory final : public core::DeviceMemory {
       if (bytes > 0) std::memcpy(dst, src, bytes);
     });
   }
+  // Waits for the stream's work (a paused device runs none) until `deadline`.
   Status synchronize(int32_t device, void* stream,
-                     std::chrono::steady_clock::time_point /*deadline*/) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+                     std::chrono::steady_clock::time_point deadline) override {
+    std::unique_lock<std::mutex> lock(mutex_);
     if (fail) return Status(HVD_ERR_SYSTEM, "fake: no CUDA device");
     devices.insert(device);
-    run_locked();
-    if (!stream_locked(device, stream).work.empty()) {
-      return Status(HVD_ERR_TIMEOUT, "fake: the stream cannot run (the device is paused)");
+    if (synchronizations_until_hang == 0) {
+      return Status(HVD_ERR_TIMEOUT, "fake: the stream's work hung (a dead peer's collective)");
+    }
+    if (synchronizations_until_hang > 0) --synchronizations_until_hang;
+    for (;;) {
+      run_locked();
+      if (stream_locked(device, stream).work.empty()) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return Status(HVD_ERR_TIMEOUT, "fake: the stream's work did not run by the deadline");
+      }
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      lock.lock();
     }
     unsynchronized.erase({device, stream});
     return Status::success();
@@ -99,7 +111,6 @@ class FakeDeviceMemory final : public core::DeviceMemory {
     if (fail) return Status(HVD_ERR_SYSTEM, "fake: no CUDA device");
     auto* event = new Event{device, nullptr, 0};
     events_.insert(event);
-    ++events_created;
     return static_cast<void*>(event);
   }
   void destroy_event(void* event, int32_t device) override {
@@ -122,7 +133,6 @@ class FakeDeviceMemory final : public core::DeviceMemory {
     }
     e->stream = &s;
     e->position = s.queued;
-    ++records;
     return Status::success();
   }
   Result<bool> query(void* event, int32_t /*device*/) override {
@@ -224,13 +234,15 @@ class FakeDeviceMemory final : public core::DeviceMemory {
   bool no_kernels = false;    // streams and events work, hvd's kernels have no code here
   bool fail_kernels = false;  // copy_scaled fails (as a launch that fails)
   int32_t current = 0;        // the device current on every thread
+  // Synchronizations that succeed before every later one times out at once (-1: never).
+  int synchronizations_until_hang = -1;
   int pinned_allocations = 0;
   int pinned_live = 0;
   int copies = 0;
   uint64_t bytes_copied = 0;
   std::set<int32_t> devices;
   std::set<std::pair<int32_t, void*>> unsynchronized;  // streams copied on, not waited for
-  int streams_created = 0, streams_live = 0, events_created = 0, records = 0, waits = 0;
+  int streams_created = 0, streams_live = 0, waits = 0;
   int device_allocations = 0;
   size_t launches = 0, spans_copied = 0;
   std::vector<std::string> misuse;

@@ -356,6 +356,31 @@ TEST(Communicator, HostMemoryOnABackendThatTakesCudaMemoryOnlyIsStagedThroughThe
   EXPECT_TRUE(device.unsynchronized.empty());
   EXPECT_TRUE(device.misuse.empty()) << device.misuse.front();
 
+  // Every wait of the staging is bounded by the communicator's timeout: a device that never runs
+  // the copy fails the call within it.
+  device.pause();
+  options.timeout = std::chrono::milliseconds(200);
+  auto bounded = Communicator::create(options, fake_env({}));
+  ASSERT_TRUE(bounded.ok()) << bounded.status().to_string();
+  const auto start = std::chrono::steady_clock::now();
+  const Status late = (*bounded)->allreduce(host_args(in.data(), reduced.data(), 3, HVD_INT32));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(late.code(), HVD_ERR_TIMEOUT) << late.to_string();
+  EXPECT_TRUE(contains(late.message(), "staging host memory through CUDA device 3's memory"))
+      << late.message();
+  EXPECT_GE(took, std::chrono::milliseconds(200));
+  EXPECT_LT(took, std::chrono::seconds(10));
+  device.resume();
+
+  // A collective whose work never ends on the device (the wait after it times out: the copy in
+  // was waited for once) breaks the communicator: the abort ends it, and every later call fails.
+  device.synchronizations_until_hang = 1;
+  const Status hung = (*bounded)->allreduce(host_args(in.data(), reduced.data(), 3, HVD_INT32));
+  EXPECT_EQ(hung.code(), HVD_ERR_TIMEOUT) << hung.to_string();
+  EXPECT_FALSE((*bounded)->health().ok());
+  device.synchronizations_until_hang = -1;
+  EXPECT_FALSE((*bounded)->allreduce(host_args(in.data(), reduced.data(), 3, HVD_INT32)).ok());
+
   // Without a device to stage through, host memory is refused as before.
   hvd::testing::FakeDeviceMemory no_gpu;
   no_gpu.fail = true;
