@@ -1191,6 +1191,18 @@ std::pair<int, std::string> cuda_devices() {
   return {devices, devices == 0 ? "no CUDA device" : ""};
 }
 
+// The CUDA device this rank uses (its local rank's, modulo the devices), made current; or
+// kNoDevice (the test skips) or -2 (cudaSetDevice failed: the test fails), and why.
+constexpr int kNoDevice = -1;
+std::pair<int, std::string> this_ranks_device() {
+  const auto [devices, why] = cuda_devices();
+  if (devices == 0) return {kNoDevice, "no CUDA device here: " + why};
+  const int device = g_comm->local_rank() % devices;
+  const cudaError_t rc = cudaSetDevice(device);
+  if (rc != cudaSuccess) return {-2, std::string("cudaSetDevice: ") + cudaGetErrorString(rc)};
+  return {device, ""};
+}
+
 // Device memory for a test, copied to and from host Buffers; freed at scope exit.
 class DeviceBuffer {
  public:
@@ -1241,10 +1253,9 @@ TEST(CudaMemory, DeviceBuffersOnAStreamEveryCollectiveIsExact) {
 #ifndef HVD_TEST_WITH_CUDA
   GTEST_SKIP() << "built without the CUDA toolkit";
 #else
-  const auto [devices, why] = cuda_devices();
-  if (devices == 0) GTEST_SKIP() << "no CUDA device here: " << why;
-  const int device = g_comm->local_rank() % devices;
-  ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+  const auto [device, why] = this_ranks_device();
+  if (device == kNoDevice) GTEST_SKIP() << why;
+  ASSERT_GE(device, 0) << why;
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   const hvd_placement cuda{sizeof(hvd_placement), HVD_MEMORY_CUDA, device, stream};
@@ -1422,10 +1433,9 @@ TEST_P(ZSchedulerLast, CudaTensorsProducedOnAStreamFusedScaledAndConsumedOnAnoth
 #ifndef HVD_TEST_WITH_CUDA
   GTEST_SKIP() << "built without the CUDA toolkit";
 #else
-  const auto [devices, why] = cuda_devices();
-  if (devices == 0) GTEST_SKIP() << "no CUDA device here: " << why;
-  const int device = g_comm->local_rank() % devices;
-  ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+  const auto [device, why] = this_ranks_device();
+  if (device == kNoDevice) GTEST_SKIP() << why;
+  ASSERT_GE(device, 0) << why;
   cudaStream_t producer = nullptr, consumer = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);

@@ -126,6 +126,14 @@ Status submit_and_wait(Scheduler& scheduler, Submission s) {
   return (*completion)->wait(kWait);
 }
 
+// Submits the group and waits for every tensor of it: the first failure, or success.
+Status submit_group_and_wait(Scheduler& scheduler, std::vector<Submission> group) {
+  auto done = scheduler.submit_group(std::move(group));
+  if (!done.ok()) return done.status();
+  for (auto& c : *done) HVD_RETURN_IF_ERROR(c->wait(kWait));
+  return Status::success();
+}
+
 // ---- results ------------------------------------------------------------------------------
 
 // Every rank submits every tensor in its own random order, then waits for all; exact results.
@@ -387,9 +395,8 @@ bool reduced_where_they_lie(int recv_offset, int steps = 1, bool cache_full = fa
         group.push_back(allreduce("t" + std::to_string(k), buffer.data() + k * kElements,
                                   recv + k * kElements, HVD_INT32, {kElements}));
       }
-      auto done = job.at(rank).submit_group(std::move(group));
-      ASSERT_TRUE(done.ok()) << done.status().to_string();
-      for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
+      const Status status = submit_group_and_wait(job.at(rank), std::move(group));
+      ASSERT_TRUE(status.ok()) << status.to_string();
       for (int64_t i = 0; i < 4 * kElements; ++i) {
         ASSERT_EQ(recv[i], static_cast<int32_t>(2 * (i + step) + 1)) << "element " << i;
       }
@@ -435,9 +442,8 @@ TEST(Scheduler, ScaleFactorsApplyOnTheWayInAndOut) {
     std::vector<Submission> group;
     group.push_back(std::move(a));
     group.push_back(std::move(b));
-    auto done = job.at(rank).submit_group(std::move(group));
-    ASSERT_TRUE(done.ok());
-    for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
+    const Status status = submit_group_and_wait(job.at(rank), std::move(group));
+    ASSERT_TRUE(status.ok()) << status.to_string();
     for (double v : out) EXPECT_EQ(v, (0.5 * 1 + 0.5 * 2 + 0.5 * 3) * 4);
     for (float v : out2) EXPECT_EQ(v, (1.0f + 2.0f + 3.0f) * 4);
   });
@@ -484,12 +490,8 @@ int staged_cuda_allreduces(
       s.spec.postscale = 4;
       group.push_back(std::move(s));
     }
-    auto done = job.at(rank).submit_group(std::move(group));
-    ASSERT_TRUE(done.ok()) << done.status().to_string();
-    for (auto& c : *done) {
-      const Status status = c->wait(kWait);
-      ASSERT_TRUE(status.ok()) << status.to_string();
-    }
+    const Status status = submit_group_and_wait(job.at(rank), std::move(group));
+    ASSERT_TRUE(status.ok()) << status.to_string();
     for (int k = 0; k < count; ++k) {
       // ((2 + k) + (4 + k) + (6 + k)) x 0.5 x 4
       for (float v : out[static_cast<size_t>(k)]) EXPECT_EQ(v, 24.0f + 6.0f * k) << "tensor " << k;
@@ -623,14 +625,8 @@ void device_fused_allreduces(hvd_dtype dtype, int count) {
       s.spec.postscale = 4;
       group.push_back(std::move(s));
     }
-    {
-      auto done = job.at(rank).submit_group(std::move(group));
-      ASSERT_TRUE(done.ok()) << done.status().to_string();
-      for (auto& c : *done) {
-        const Status status = c->wait(kWait);
-        ASSERT_TRUE(status.ok()) << status.to_string();
-      }
-    }
+    const Status status = submit_group_and_wait(job.at(rank), std::move(group));
+    ASSERT_TRUE(status.ok()) << status.to_string();
     for (int k = 0; k < count; ++k) {
       // ((2 + j) + (4 + j) + (6 + j)) x 0.5 x 4, j = k % 7
       const size_t i = static_cast<size_t>(k);
@@ -753,11 +749,8 @@ TEST(DeviceExecutor, OtherCollectivesRunOnHvdsStreamAfterTheirProducers) {
       s.spec.device = rank;
       s.stream = &producer;
     }
-    {
-      auto done = job.at(rank).submit_group(std::move(group));
-      ASSERT_TRUE(done.ok()) << done.status().to_string();
-      for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
-    }
+    const Status status = submit_group_and_wait(job.at(rank), std::move(group));
+    ASSERT_TRUE(status.ok()) << status.to_string();
     EXPECT_EQ(gathered, std::vector<int32_t>({10, 10, 10, 11, 11, 11}));
     EXPECT_EQ(broadcast, std::vector<int32_t>(3, 11));
     EXPECT_EQ(reduced, std::vector<int32_t>(3, 21));
@@ -806,11 +799,8 @@ TEST(DeviceExecutor, WithoutADeviceItCanDriveCudaTensorsGoToTheBackendAsTheyAre)
     Submission scaled = group.front();
     scaled.name = "scaled";
     scaled.spec.prescale = 2;
-    {
-      auto done = job.at(rank).submit_group(std::move(group));
-      ASSERT_TRUE(done.ok()) << done.status().to_string();
-      for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
-    }
+    const Status status = submit_group_and_wait(job.at(rank), std::move(group));
+    ASSERT_TRUE(status.ok()) << status.to_string();
     EXPECT_EQ(out_a, std::vector<float>(3, 3));
     EXPECT_EQ(out_b, std::vector<float>(2, 10));
     const FakeRank& backend = *job.data_ranks[static_cast<size_t>(rank)];
@@ -1345,9 +1335,8 @@ void run_group(Job& job, uint32_t order_seed) {
       group.push_back(
           allreduce("member" + std::to_string(k), in[k].data(), out[k].data(), HVD_INT64, {3}));
     }
-    auto done = job.at(rank).submit_group(std::move(group));
-    ASSERT_TRUE(done.ok()) << done.status().to_string();
-    for (auto& c : *done) ASSERT_TRUE(c->wait(kWait).ok());
+    const Status status = submit_group_and_wait(job.at(rank), std::move(group));
+    ASSERT_TRUE(status.ok()) << status.to_string();
     const int64_t want = job.size() * (job.size() + 1) / 2;
     for (auto& o : out) EXPECT_EQ(o, std::vector<int64_t>(3, want));
   });

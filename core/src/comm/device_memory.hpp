@@ -95,7 +95,6 @@ class DeviceEvent {
   Result<bool> query() const { return runtime_.query(event_, device_); }
   // Work queued on `stream` (of this event's device) from now on runs after this event's.
   Status order(void* stream) const { return runtime_.wait_event(device_, stream, event_); }
-  int32_t device() const { return device_; }
 
  private:
   DeviceMemory& runtime_;
