@@ -256,9 +256,11 @@ class NcclBackend {
     const int color = child != nullptr ? child->members[0] : NCCL_SPLIT_NOCOLOR;
     const int key = child != nullptr ? child->rank : 0;
     const ncclResult_t rc = ncclCommSplit(comm_, color, key, &made, &config);
-    // On a non-blocking parent the child appears in `made` (written by NCCL's own thread) only
-    // once the parent says the split is done.
-    const Status split = settle("ncclCommSplit", rc, Clock::now() + timeout_);
+    // On a non-blocking parent the split runs on NCCL's own thread, which writes the child into
+    // `made` when it is done; the parent's state says when. ncclCommSplit itself returns
+    // ncclSuccess then (NCCL 2.28 drops the group's ncclInProgress), so success means "started".
+    const Status split =
+        settle("ncclCommSplit", rc == ncclSuccess ? ncclInProgress : rc, Clock::now() + timeout_);
     ncclComm_t child_comm = __atomic_load_n(&made, __ATOMIC_ACQUIRE);
     if (!split.ok()) {
       if (child_comm != nullptr) (void)ncclCommAbort(child_comm);
