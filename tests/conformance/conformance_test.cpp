@@ -1442,8 +1442,8 @@ TEST_P(ZSchedulerLast, CudaTensorsProducedOnAStreamFusedScaledAndConsumedOnAnoth
   const hvd_placement on_producer{sizeof(hvd_placement), HVD_MEMORY_CUDA, device, producer};
   const int rank = g_comm->rank();
   const int size = g_comm->size();
-  // Every floating dtype declared, odd sizes; and 130 small float32 tensors, more than one
-  // launch of the copy kernel packs (128).
+  // Every floating dtype declared, odd sizes; and 1030 small float32 tensors, more than one
+  // launch of the copy kernel packs (1024).
   std::vector<std::pair<hvd_dtype, uint64_t>> cases;
   for (hvd_dtype dtype : {HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64}) {
     if (!declared(dtype, &kSum)) continue;
@@ -1451,7 +1451,7 @@ TEST_P(ZSchedulerLast, CudaTensorsProducedOnAStreamFusedScaledAndConsumedOnAnoth
       cases.emplace_back(dtype, n);
     }
   }
-  for (int k = 0; k < 130; ++k) cases.emplace_back(HVD_FLOAT32, 3);
+  for (int k = 0; k < 1030; ++k) cases.emplace_back(HVD_FLOAT32, 3);
   std::vector<Buffer> in, out;
   std::vector<std::unique_ptr<DeviceBuffer>> d_in, d_out;
   std::vector<int64_t> shapes(cases.size());

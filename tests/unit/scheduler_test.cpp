@@ -599,7 +599,7 @@ std::vector<char> values_in(hvd_dtype dtype, const std::vector<double>& values) 
 
 // Three ranks, each on its own device (rank r on device r + 1), submit `count` CUDA tensors of
 // `dtype` from two producer streams as one group, scaled by 0.5 and 4. Exact results; one backend
-// call on hvd's own stream, in the device's fusion buffer; one copy-and-scale launch per 128
+// call on hvd's own stream, in the device's fusion buffer; one copy-and-scale launch per 1024
 // tensors each way; one wait per producer stream; nothing misused, nothing left behind.
 void device_fused_allreduces(hvd_dtype dtype, int count) {
   SchedulerOptions o = fast_options();
@@ -639,7 +639,8 @@ void device_fused_allreduces(hvd_dtype dtype, int count) {
     EXPECT_NE(backend.last_allreduce_stream, &streams[0]);  // hvd's own stream
     EXPECT_NE(backend.last_allreduce_stream, &streams[1]);
     FakeDeviceMemory& gpu = *job.device_memory[static_cast<size_t>(rank)];
-    const size_t launches_each_way = (static_cast<size_t>(count) + 127) / 128;
+    constexpr size_t kPerLaunch = FakeDeviceMemory::kSpansPerLaunch;
+    const size_t launches_each_way = (static_cast<size_t>(count) + kPerLaunch - 1) / kPerLaunch;
     EXPECT_EQ(gpu.launches, 2 * launches_each_way);
     EXPECT_EQ(gpu.spans_copied, 2u * static_cast<size_t>(count));
     EXPECT_EQ(gpu.waits, 2);   // the latest ready event of each producer stream
@@ -664,8 +665,9 @@ TEST(DeviceExecutor, FusesCudaTensorsOnTheDeviceWithTheirScaleFactorsInEveryFloa
   }
 }
 
-TEST(DeviceExecutor, PacksManyTensorsWithOneLaunchPer128) {
-  device_fused_allreduces(HVD_FLOAT32, 300);
+TEST(DeviceExecutor, PacksManyTensorsWithOneLaunchPer1024) {
+  device_fused_allreduces(HVD_FLOAT32,
+                          2 * static_cast<int>(FakeDeviceMemory::kSpansPerLaunch) + 52);
 }
 
 // One rank, the device paused: the request is settled (queued on the device) but not done until

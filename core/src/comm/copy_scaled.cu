@@ -1,9 +1,11 @@
 // copy_scaled.cu — one kernel launch copies (and scales) many tensors: the device executor packs
-// a fused batch into its fusion buffer and unpacks it with one launch per 128 tensors, where a
-// copy per tensor would cost a launch (a few microseconds of host time) each.
+// a fused batch into its fusion buffer and unpacks it with one launch per 1024 tensors, where a
+// copy per tensor would cost a launch (a few microseconds) each.
 //
-// The spans travel in the launch's parameters (3 KiB of the 4 KiB allowed), so nothing is copied
-// to the device before the kernel runs. blockIdx.y picks the span; the x blocks stride over it.
+// The spans travel in the launch's parameters (24 KiB; CUDA 12.1 raised their limit from 4 KiB
+// to 32 KiB on Volta and later), so nothing is copied to the device before the kernel runs.
+// blockIdx.y picks the span; the x blocks stride over it, 16 bytes at a time where both ends
+// are 16-byte aligned.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -13,66 +15,83 @@
 
 #include "comm/copy_scaled.hpp"
 
+#if CUDART_VERSION < 12010
+#error "hvd's copy-and-scale kernel takes 24 KiB of parameters: CUDA 12.1 or later"
+#endif
+
 namespace hvd::core {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kVectorsPerThread = 4;  // 16-byte vectors a thread copies in one pass
 
 struct Spans {
   CopySpan span[DeviceMemory::kSpansPerLaunch];
 };
-static_assert(sizeof(Spans) <= 3200, "a launch's parameters hold 4 KiB");
-
-// Bytes as they are: 16 at a time where both ends are 16-byte aligned, then the tail.
-__global__ void copy_bytes(Spans spans, size_t element) {
-  const CopySpan s = spans.span[blockIdx.y];
-  const size_t bytes = s.count * element;
-  if (s.dst == s.src) return;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool aligned =
-      ((reinterpret_cast<uintptr_t>(s.dst) | reinterpret_cast<uintptr_t>(s.src)) & 15) == 0;
-  size_t done = 0;
-  if (aligned) {
-    const size_t vectors = bytes / 16;
-    const uint4* in = static_cast<const uint4*>(s.src);
-    uint4* out = static_cast<uint4*>(s.dst);
-    for (size_t i = first; i < vectors; i += stride) out[i] = in[i];
-    done = vectors * 16;
-  }
-  const unsigned char* in = static_cast<const unsigned char*>(s.src);
-  unsigned char* out = static_cast<unsigned char*>(s.dst);
-  for (size_t i = done + first; i < bytes; i += stride) out[i] = in[i];
-}
+static_assert(sizeof(Spans) <= 32764 - 64, "a launch's parameters hold 32764 bytes");
 
 // The host's arithmetic (scheduler.cpp's scale): float for fp16, bf16 and fp32, double for fp64.
-__device__ inline float scaled(__half x, float f) { return __half2float(x) * f; }
-__device__ inline float scaled(__nv_bfloat16 x, float f) { return __bfloat162float(x) * f; }
-__device__ inline void store(__half* p, float v) { *p = __float2half_rn(v); }
-__device__ inline void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+// Factor 1 is a plain copy of any dtype (T = unsigned char).
+__device__ inline unsigned char scaled(unsigned char x, float) { return x; }
+__device__ inline __half scaled(__half x, float f) { return __float2half_rn(__half2float(x) * f); }
+__device__ inline __nv_bfloat16 scaled(__nv_bfloat16 x, float f) {
+  return __float2bfloat16_rn(__bfloat162float(x) * f);
+}
+__device__ inline float scaled(float x, float f) { return x * f; }
+__device__ inline double scaled(double x, double f) { return x * f; }
 
 template <typename T, typename Factor>
-__global__ void copy_and_scale(Spans spans, Factor factor) {
+__device__ inline void scale_vector(uint4& v, Factor factor) {
+  if constexpr (sizeof(T) > 1) {
+    T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+    for (size_t k = 0; k < 16 / sizeof(T); ++k) e[k] = scaled(e[k], factor);
+  }
+}
+
+template <typename T, typename Factor>
+__global__ void copy_scaled(Spans spans, Factor factor) {
   const CopySpan s = spans.span[blockIdx.y];
+  if (s.dst == s.src && Factor(1) == factor) return;
   const T* in = static_cast<const T*>(s.src);
   T* out = static_cast<T*>(s.dst);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.count;
-       i += stride) {
-    if constexpr (sizeof(T) == 2) {
-      store(out + i, scaled(in[i], factor));
-    } else {
-      out[i] = in[i] * factor;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  size_t done = 0;
+  if (((reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(in)) & 15) == 0) {
+    constexpr size_t kPerVector = 16 / sizeof(T);
+    const size_t vectors = s.count / kPerVector;
+    const uint4* in_vectors = reinterpret_cast<const uint4*>(in);
+    uint4* out_vectors = reinterpret_cast<uint4*>(out);
+    // A thread's loads are all in flight before its first store. The grid gives each thread at
+    // most kVectorsPerThread vectors of the longest span, so most spans take one pass.
+    size_t i = first;
+    for (; i + (kVectorsPerThread - 1) * stride < vectors; i += kVectorsPerThread * stride) {
+      uint4 v[kVectorsPerThread];
+#pragma unroll
+      for (int u = 0; u < kVectorsPerThread; ++u) v[u] = in_vectors[i + u * stride];
+#pragma unroll
+      for (int u = 0; u < kVectorsPerThread; ++u) {
+        scale_vector<T>(v[u], factor);
+        out_vectors[i + u * stride] = v[u];
+      }
     }
+    for (; i < vectors; i += stride) {
+      uint4 v = in_vectors[i];
+      scale_vector<T>(v, factor);
+      out_vectors[i] = v;
+    }
+    done = vectors * kPerVector;
   }
+  for (size_t i = done + first; i < s.count; i += stride) out[i] = scaled(in[i], factor);
 }
 
 }  // namespace
 
 int copy_scaled_kernels_status() {
   cudaFuncAttributes attributes{};
-  cudaError_t rc = cudaFuncGetAttributes(&attributes, copy_bytes);
-  if (rc == cudaSuccess) rc = cudaFuncGetAttributes(&attributes, copy_and_scale<__half, float>);
+  cudaError_t rc = cudaFuncGetAttributes(&attributes, copy_scaled<unsigned char, float>);
+  if (rc == cudaSuccess) rc = cudaFuncGetAttributes(&attributes, copy_scaled<__half, float>);
   if (rc != cudaSuccess) (void)cudaGetLastError();
   return rc;
 }
@@ -81,36 +100,39 @@ int launch_copy_scaled(const CopySpan* spans, size_t count, hvd_dtype dtype, dou
                        void* stream) {
   if (count == 0) return cudaSuccess;
   if (count > DeviceMemory::kSpansPerLaunch) return cudaErrorInvalidValue;
+  const size_t element = hvd_dtype_size(dtype);
+  // A copy moves bytes: its counts become byte counts.
+  const size_t unit = factor == 1 ? 1 : element;
   Spans batch{};
   uint64_t longest = 0;
   for (size_t i = 0; i < count; ++i) {
     batch.span[i] = spans[i];
-    longest = std::max(longest, spans[i].count);
+    batch.span[i].count = spans[i].count * (element / unit);
+    longest = std::max(longest, spans[i].count * element);
   }
-  const size_t element = hvd_dtype_size(dtype);
-  // Enough blocks for the longest span at 4 units a thread (16-byte units for a copy), at most
-  // 1024: the rest stride.
-  const uint64_t units = factor == 1 ? longest * element / 16 + 1 : longest;
+  // Enough blocks for the longest span in one pass, at most 1024: the rest stride.
+  const uint64_t vectors = (longest + 15) / 16;
+  constexpr uint64_t kPerBlock = uint64_t{kVectorsPerThread} * kThreads;
   const unsigned blocks_x = static_cast<unsigned>(
-      std::min<uint64_t>(1024, std::max<uint64_t>(1, (units + 4 * kThreads - 1) / (4 * kThreads))));
+      std::min<uint64_t>(1024, std::max<uint64_t>(1, (vectors + kPerBlock - 1) / kPerBlock)));
   const dim3 grid(blocks_x, static_cast<unsigned>(count));
   const auto on = static_cast<cudaStream_t>(stream);
+  const float f = static_cast<float>(factor);
   if (factor == 1) {
-    copy_bytes<<<grid, kThreads, 0, on>>>(batch, element);
+    copy_scaled<unsigned char><<<grid, kThreads, 0, on>>>(batch, f);
   } else {
-    const float f = static_cast<float>(factor);
     switch (dtype) {
       case HVD_FLOAT16:
-        copy_and_scale<__half><<<grid, kThreads, 0, on>>>(batch, f);
+        copy_scaled<__half><<<grid, kThreads, 0, on>>>(batch, f);
         break;
       case HVD_BFLOAT16:
-        copy_and_scale<__nv_bfloat16><<<grid, kThreads, 0, on>>>(batch, f);
+        copy_scaled<__nv_bfloat16><<<grid, kThreads, 0, on>>>(batch, f);
         break;
       case HVD_FLOAT32:
-        copy_and_scale<float><<<grid, kThreads, 0, on>>>(batch, f);
+        copy_scaled<float><<<grid, kThreads, 0, on>>>(batch, f);
         break;
       case HVD_FLOAT64:
-        copy_and_scale<double><<<grid, kThreads, 0, on>>>(batch, factor);
+        copy_scaled<double><<<grid, kThreads, 0, on>>>(batch, factor);
         break;
       default:
         return cudaErrorInvalidValue;  // the scheduler scales floating dtypes only

@@ -7,7 +7,7 @@
 //  - every tensor's *ready event* is recorded on its producer's stream when it is submitted, so
 //    the work queued there before the submission is what the collective waits for, nothing later;
 //  - hvd's own stream per device waits for those events (once per producer stream and batch),
-//    packs a fused batch into the device's fusion buffer with one copy-and-scale launch per 128
+//    packs a fused batch into the device's fusion buffer with one copy-and-scale launch per 1024
 //    tensors (prescale on the way), runs the backend's collective on it, unpacks (postscale);
 //  - an event recorded after that completes the batch's requests (Completion).
 // Every call returns once the work is queued; the device's errors surface through the events.
