@@ -41,6 +41,15 @@ bundle() {
       strip --strip-unneeded "$dir/lib/deps/$name" 2>/dev/null || true
     done
   done
+  # For hvd-mnist, built there against that machine's PyTorch (LibTorch with CUDA; Debian's is
+  # CPU-only): the README job's digits (scripts/make-mnist.sh) and zlib's headers.
+  if [ -d "$root/build/data/mnist-digits" ]; then
+    mkdir -p "$dir/train/include"
+    cp -r "$root/build/data/mnist-digits" "$dir/train/"
+    cp /usr/include/zlib.h /usr/include/zconf.h "$dir/train/include/"
+  else
+    echo "gpu-check bundle: no MNIST digits (scripts/make-mnist.sh): hvd-mnist will not run there"
+  fi
   local size_kib
   size_kib=$(du -sk "$dir" | cut -f1)
   echo "gpu-check bundle: $dir, $((size_kib / 1024)) MiB (limit $limit_mib MiB)"
@@ -62,9 +71,20 @@ run() {
   nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' \
              2>/dev/null || true)
   export LD_LIBRARY_PATH="$dir/lib/deps${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export PATH="$dir/bin:$PATH" NCCL_SOCKET_IFNAME=lo HVD_TIMEOUT=120
+  export PATH="$dir/bin:$PATH" NCCL_SOCKET_IFNAME=lo HVD_TIMEOUT=${HVD_TIMEOUT:-60}
   unset HVD_PLUGIN_PATH HVD_BACKEND
   local out="${OUT:-$(mktemp -d)}"
+  # Each step is bounded as a whole too (device time is lent by the minute): a step over its
+  # limit is killed and its row says so.
+  bounded() {
+    local limit=$1 rc=0
+    shift
+    echo "gpu-check: $(date +%T) $* (limit ${limit} s)" >&3
+    timeout --kill-after=5 "$limit" "$@" || rc=$?
+    ((rc == 124 || rc == 137)) && echo "gpu-check: killed after ${limit} s: $*" >&3
+    return $rc
+  }
+  exec 3>&2
 
   if command -v nvidia-smi >/dev/null; then
     row "GPU" "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
@@ -93,7 +113,8 @@ run() {
   # buffers are host memory, which hvd stages through the GPU for a backend that takes CUDA
   # memory only; its CudaMemory cases hand the plugin device buffers directly.
   if [ -e "$dir/lib/hvd/libhvd-backend-nccl.so" ]; then
-    hvd-plugin-check "$dir/lib/hvd/libhvd-backend-nccl.so" -np 1 > "$out/nccl-plugin-check.txt" 2>&1 || true
+    bounded 240 hvd-plugin-check "$dir/lib/hvd/libhvd-backend-nccl.so" -np 1 \
+      > "$out/nccl-plugin-check.txt" 2>&1 || true
     row "hvd-plugin-check nccl, 1 rank" "$(grep -c '^  pass  static\.' "$out/nccl-plugin-check.txt" || true) of 4 static rules pass; suite: $(grep -E '^[0-9]+ cases:' "$out/nccl-plugin-check.txt" || echo 'no summary') (nccl-plugin-check.txt)"
   else
     row "hvd-plugin-check nccl, 1 rank" "the nccl plugin was not built (no CUDA toolkit or NCCL where the bundle was made)"
@@ -101,8 +122,8 @@ run() {
 
   # CUDA tensors staged through host memory for gloo, 2 ranks sharing the GPU.
   local staged="FAIL"
-  hvdrun -np 2 --backend gloo -- "$dir/libexec/hvd/hvd-conformance" --gtest_brief=1 \
-    --gtest_filter='CudaMemory.*' > "$out/gloo-staged.txt" 2>&1 && staged="pass"
+  bounded 90 hvdrun -np 2 --backend gloo -- "$dir/libexec/hvd/hvd-conformance" --gtest_brief=1 \
+    --gtest_filter='CudaMemory.*:*ZSchedulerLast.Cuda*' > "$out/gloo-staged.txt" 2>&1 && staged="pass"
   # DeviceBuffersOnAStream... stages on gloo; its sibling skips wherever a GPU is.
   if grep -q "no CUDA device here: " "$out/gloo-staged.txt"; then
     staged="$staged, but skipped: $(grep -m1 -o 'no CUDA device here: .*' "$out/gloo-staged.txt")"
@@ -111,7 +132,7 @@ run() {
 
   # hvd-bench on CUDA memory, ncclAllReduce called directly beside it (hvd/dir columns). Its
   # books (host names, timings) are host memory, staged through the GPU like the suite's.
-  hvdrun -np 1 --backend nccl hvd-bench --mem cuda --baseline -b 1M -e 64M -f 4 -w 5 -n 20 \
+  bounded 90 hvdrun -np 1 --backend nccl hvd-bench --mem cuda --baseline -b 1M -e 64M -f 4 -w 5 -n 20 \
     > "$out/bench-nccl.txt" 2>&1 || true
   row "hvd-bench nccl --mem cuda --baseline, 1 rank" "$(grep -c '^\[0\]<stdout>: *[0-9]' "$out/bench-nccl.txt" || true) rows (bench-nccl.txt)"
   # hvd's own device code against the CUDA runtime: pinned staging, the device executor's
@@ -119,7 +140,7 @@ run() {
   local gpu_bench="not built (no CUDA compiler where the bundle was made)"
   if [ -x "$dir/libexec/hvd/hvd-gpu-bench" ]; then
     local rc=0
-    "$dir/libexec/hvd/hvd-gpu-bench" > "$out/gpu-bench.txt" 2>&1 || rc=$?
+    bounded 90 "$dir/libexec/hvd/hvd-gpu-bench" > "$out/gpu-bench.txt" 2>&1 || rc=$?
     case $rc in
       0) gpu_bench="measured (below; gpu-bench.txt)" ;;
       77) gpu_bench="skipped: $(grep -m1 -o 'no usable GPU: .*' "$out/gpu-bench.txt")" ;;
@@ -127,6 +148,7 @@ run() {
     esac
   fi
   row "hvd-gpu-bench (staging, device executor)" "$gpu_bench"
+  train "$out"
 
   echo "gpu-check: results (full outputs in $out)"
   printf '  %s\n' "${rows[@]}"
@@ -134,6 +156,73 @@ run() {
   grep -E '^\[0\]<stdout>: +[0-9]' "$out/bench-nccl.txt" | sed 's/^\[0\]<stdout>:/  nccl /' || true
   [[ $gpu_bench == measured* ]] && sed 's/^/  /' "$out/gpu-bench.txt"
   return 0
+}
+
+# hvd-mnist on the GPU: built against the machine's PyTorch (its LibTorch has CUDA), then the
+# README's job (2 ranks, --min-accuracy 0.96) with CUDA gradients, on nccl at 1 rank (the device
+# executor on LibTorch's stream) and on gloo at 2 ranks sharing the GPU (staged through host
+# memory), beside the same job on the CPU.
+train() {
+  local out=$1 why=""
+  if [ ! -d "$dir/train/mnist-digits" ]; then
+    why="no MNIST digits in the bundle"
+  elif ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    why="no PyTorch with a usable GPU (python3 -c 'import torch')"
+  elif ! command -v g++ >/dev/null; then
+    why="no g++"
+  fi
+  if [[ -n $why ]]; then
+    row "hvd-mnist on the GPU" "skipped: $why"
+    return 0
+  fi
+  local build="$out/../hvd-mnist-build" flags
+  mkdir -p "$build"
+  # torch.utils.cpp_extension knows LibTorch's include and library directories and its ABI.
+  flags=$(python3 - <<'PY'
+import torch
+from torch.utils import cpp_extension as ext
+try:
+    inc, lib = ext.include_paths(device_type="cuda"), ext.library_paths(device_type="cuda")
+except TypeError:
+    inc, lib = ext.include_paths(cuda=True), ext.library_paths(cuda=True)
+print(" ".join(["-I" + p for p in inc] + ["-L" + p + " -Wl,-rpath," + p for p in lib] +
+               ["-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI)]))
+PY
+  )
+  local cxx="g++ -std=c++20 -O2 -DHVD_TRAIN_WITH_CUDA -I$root/train/include -I$root/core/include"
+  cxx+=" -I$root/sdk/include"
+  cxx+=" -I$dir/train/include $flags"
+  local rc=0
+  echo "gpu-check: $(date +%T) building hvd-mnist against PyTorch $(python3 -c 'import torch; print(torch.__version__)')" >&3
+  local source pids=()
+  for source in src/train.cpp mnist/main.cpp mnist/mnist_data.cpp; do
+    $cxx -fPIC -c "$root/train/$source" -o "$build/$(basename "$source" .cpp).o" \
+      >> "$out/hvd-mnist-build.txt" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+  if ((rc == 0)); then
+    $cxx "$build"/*.o -o "$build/hvd-mnist" "$dir/lib/libhvd.so.0" -Wl,-rpath,"$dir/lib" \
+      -Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed -ltorch -ltorch_cpu -lc10 \
+      "$dir/lib/deps/libz.so.1" >> "$out/hvd-mnist-build.txt" 2>&1 || rc=$?
+  fi
+  if ((rc != 0)); then
+    row "hvd-mnist on the GPU" "FAIL: the build failed (hvd-mnist-build.txt)"
+    return 0
+  fi
+  local job
+  for job in "nccl 1 cuda" "gloo 2 cuda" "gloo 2 cpu"; do
+    set -- $job
+    local log="$out/hvd-mnist.txt" result
+    echo "== hvdrun -np $2 --backend $1 hvd-mnist --device $3" >> "$log"
+    if bounded 120 hvdrun -np "$2" --backend "$1" -- "$build/hvd-mnist" --device "$3" \
+         --data-dir "$dir/train/mnist-digits" --min-accuracy 0.96 >> "$log" 2>&1; then
+      result="pass: $(grep -o 'trained .*' "$log" | tail -1)"
+    else
+      result="FAIL (hvd-mnist.txt)"
+    fi
+    row "hvd-mnist $1, $2 rank(s), --device $3" "$result"
+  done
 }
 
 case "$mode" in
