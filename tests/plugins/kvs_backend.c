@@ -13,6 +13,8 @@
  *   HVD_TEST_EXTRA_EXPORT    exports a helper besides the entry (built without the version script)
  *   HVD_TEST_DEVICE_ONLY declares CUDA memory only, as NCCL does (a backend that needs a
  *                       host-memory controller for the scheduler's negotiation)
+ *   HVD_TEST_CLASH      says in its description which hvd_test::clash_origin() it calls: the one
+ *                       of the library it links (clash_origin.cpp) or the application's
  *   HVD_TEST_DTYPES, HVD_TEST_REDUCE_OPS
  *                       the dtypes and reduce ops it declares (default: every one)
  *
@@ -348,7 +350,18 @@ static const hvd_backend_v1 kvs_table = {
 #endif
 };
 
-#if defined(HVD_TEST_ABI2)
+#if defined(HVD_TEST_CLASH)
+/* hvd_test::clash_origin(), by its C++ name: a clash of C++ libraries is what the loader looks
+ * for. */
+int _ZN8hvd_test12clash_originEv(void);
+HVD_PLUGIN_EXPORT const hvd_backend_v1* hvd_backend_entry_v1(void) {
+  static hvd_backend_v1 table;
+  table = kvs_table;
+  table.description = _ZN8hvd_test12clash_originEv() == 1 ? "calls its own library's symbol"
+                                                          : "calls the application's symbol";
+  return &table;
+}
+#elif defined(HVD_TEST_ABI2)
 HVD_PLUGIN_EXPORT const hvd_backend_v1* hvd_backend_entry_v2(void) { return &kvs_table; }
 #elif defined(HVD_TEST_NO_ENTRY)
 HVD_PLUGIN_EXPORT const hvd_backend_v1* some_other_entry(void) { return &kvs_table; }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <algorithm>
 #include <cstring>
@@ -12,6 +13,10 @@
 
 #include "comm/agreement.hpp"
 #include "comm/communicator.hpp"
+
+namespace hvd_test {
+int clash_origin();  // tests/plugins/clash_origin.cpp
+}  // namespace hvd_test
 
 namespace hvd::core {
 namespace {
@@ -31,6 +36,22 @@ TEST(PluginLoader, LoadsACPluginAndReadsItsTable) {
   EXPECT_EQ(plugin->capabilities, HVD_CAP_HOST_MEMORY);
   // Loading again returns the same table: the library is loaded once and never unloaded.
   EXPECT_EQ(load_plugin(kTestPlugins / "libhvd-backend-kvs.so")->table, plugin->table);
+}
+
+// A plugin calls the C++ symbols of the libraries it brings, not another library's definition
+// the application has: PyTorch's wheels export a Gloo of their own from libtorch_cpu.so, which
+// replaced the gloo plugin's and crashed it (RTLD_DEEPBIND where that happens). The other side,
+// an MPI program whose MPI the plugin shares, is
+// integration.Mpirun.AnApplicationThatOwnsMpiKeepsIt.
+TEST(PluginLoader, APluginCallsItsOwnLibrarysSymbolWhereTheApplicationDefinesItToo) {
+  if (::dlsym(RTLD_DEFAULT, "__asan_init") != nullptr ||
+      ::dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr) {
+    GTEST_SKIP() << "a sanitizer runtime refuses RTLD_DEEPBIND: plugins load without it here";
+  }
+  ASSERT_EQ(hvd_test::clash_origin(), 2);  // the application's definition, loaded
+  auto plugin = load_plugin(kTestPlugins / "libhvd-backend-clash.so");
+  ASSERT_TRUE(plugin.ok()) << plugin.status().to_string();
+  EXPECT_EQ(plugin->description, "calls its own library's symbol");
 }
 
 // ---- the table read by its struct_size ----------------------------------------------------------

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <set>
 
+#include "common/log.hpp"
+
 namespace hvd::core {
 namespace {
 
@@ -140,7 +142,7 @@ hvd_reduce_op Plugin::any_reduce_op() const {
 // Boost.DLL's library_info reads .symtab (gone once a library is stripped) through the last
 // string table of the file (usually .shstrtab, not .symtab's own), so it misnames symbols and
 // reads past its buffer; .dynsym, through the string table its sh_link names, is what dlsym sees.
-Result<std::vector<std::string>> exported_symbols(const fs::path& file) {
+Result<DynamicSymbols> dynamic_symbols(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return plugin_error(file, "cannot be opened");
   in.seekg(0, std::ios::end);
@@ -159,32 +161,58 @@ Result<std::vector<std::string>> exported_symbols(const fs::path& file) {
   if (!read_at(header.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr))) {
     return plugin_error(file, "its section headers lie outside the file");
   }
-  std::vector<std::string> names;
-  for (const Elf64_Shdr& table : sections) {
-    if (table.sh_type != SHT_DYNSYM) continue;
-    if (table.sh_link >= sections.size() || table.sh_entsize != sizeof(Elf64_Sym)) {
-      return plugin_error(file, "its dynamic symbol table is malformed");
-    }
+  // A section's entries and the string table its sh_link names.
+  auto read_table = [&](const Elf64_Shdr& table, size_t entry_size, auto& entries,
+                        std::vector<char>& text) {
+    if (table.sh_link >= sections.size() || table.sh_entsize != entry_size) return false;
     const Elf64_Shdr& strings = sections[table.sh_link];
-    std::vector<Elf64_Sym> symbols(table.sh_size / sizeof(Elf64_Sym));
-    std::vector<char> text(strings.sh_size);
-    if (!read_at(table.sh_offset, symbols.data(), symbols.size() * sizeof(Elf64_Sym)) ||
-        !read_at(strings.sh_offset, text.data(), text.size())) {
-      return plugin_error(file, "its dynamic symbol table lies outside the file");
-    }
-    for (const Elf64_Sym& symbol : symbols) {
-      const unsigned bind = ELF64_ST_BIND(symbol.st_info);
-      const unsigned visibility = ELF64_ST_VISIBILITY(symbol.st_other);
-      if (symbol.st_shndx == SHN_UNDEF || symbol.st_name == 0 || symbol.st_name >= text.size() ||
-          (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE) ||
-          (visibility != STV_DEFAULT && visibility != STV_PROTECTED)) {
-        continue;
+    entries.resize(table.sh_size / entry_size);
+    text.resize(strings.sh_size);
+    return read_at(table.sh_offset, entries.data(), entries.size() * entry_size) &&
+           read_at(strings.sh_offset, text.data(), text.size());
+  };
+  auto name_at = [](const std::vector<char>& text, uint64_t offset) {
+    return std::string(text.data() + offset, strnlen(text.data() + offset, text.size() - offset));
+  };
+  DynamicSymbols found;
+  for (const Elf64_Shdr& table : sections) {
+    std::vector<char> text;
+    if (table.sh_type == SHT_DYNSYM) {
+      std::vector<Elf64_Sym> symbols;
+      if (!read_table(table, sizeof(Elf64_Sym), symbols, text)) {
+        return plugin_error(file, "its dynamic symbol table is malformed");
       }
-      const char* name = text.data() + symbol.st_name;
-      names.emplace_back(name, strnlen(name, text.size() - symbol.st_name));
+      for (const Elf64_Sym& symbol : symbols) {
+        const unsigned bind = ELF64_ST_BIND(symbol.st_info);
+        const unsigned visibility = ELF64_ST_VISIBILITY(symbol.st_other);
+        if (symbol.st_name == 0 || symbol.st_name >= text.size() ||
+            (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE)) {
+          continue;
+        }
+        if (symbol.st_shndx == SHN_UNDEF) {
+          if (bind != STB_WEAK) found.imported.push_back(name_at(text, symbol.st_name));
+        } else if (visibility == STV_DEFAULT || visibility == STV_PROTECTED) {
+          found.exported.push_back(name_at(text, symbol.st_name));
+        }
+      }
+    } else if (table.sh_type == SHT_DYNAMIC) {
+      std::vector<Elf64_Dyn> entries;
+      if (!read_table(table, sizeof(Elf64_Dyn), entries, text)) {
+        return plugin_error(file, "its dynamic section is malformed");
+      }
+      for (const Elf64_Dyn& entry : entries) {
+        if (entry.d_tag == DT_NEEDED && entry.d_un.d_val < text.size()) {
+          found.needed.push_back(name_at(text, entry.d_un.d_val));
+        }
+      }
     }
   }
-  return names;
+  return found;
+}
+
+Result<std::vector<std::string>> exported_symbols(const fs::path& file) {
+  HVD_ASSIGN_OR_RETURN(DynamicSymbols symbols, dynamic_symbols(file));
+  return std::move(symbols.exported);
 }
 
 std::string plugin_file_name(const std::string& backend) {
@@ -201,6 +229,56 @@ std::vector<fs::path> plugin_search_path(const EnvLookup& env) {
   return dirs;
 }
 
+namespace {
+
+// The first C++ symbol the plugin takes from its own libraries that this process already defines
+// in another library: PyTorch's wheels link a Gloo of their own into libtorch_cpu.so and export
+// its symbols, which would bind in place of the gloo plugin's Gloo (a different version) and crash
+// it. Empty when there is none. The C and C++ runtimes' allocation functions are left out
+// (an allocator interposed on purpose is no clash), and so is what the executable defines.
+std::string foreign_definition(const DynamicSymbols& plugin) {
+  Dl_info program{};
+  if (::dladdr(reinterpret_cast<void*>(::getauxval(AT_PHDR)), &program) == 0) return {};
+  const std::set<std::string> needed(plugin.needed.begin(), plugin.needed.end());
+  for (const std::string& name : plugin.imported) {
+    if (name.rfind("_Z", 0) != 0 || name.rfind("_Znw", 0) == 0 || name.rfind("_Zna", 0) == 0 ||
+        name.rfind("_Zdl", 0) == 0 || name.rfind("_Zda", 0) == 0) {
+      continue;
+    }
+    void* address = ::dlsym(RTLD_DEFAULT, name.c_str());
+    Dl_info where{};
+    if (address == nullptr || ::dladdr(address, &where) == 0 || where.dli_fname == nullptr ||
+        where.dli_fbase == program.dli_fbase) {
+      continue;
+    }
+    const std::string library = fs::path(where.dli_fname).filename().string();
+    if (needed.count(library) == 0) return name + " (defined by " + where.dli_fname + ")";
+  }
+  return {};
+}
+
+// RTLD_NOW | RTLD_LOCAL, and RTLD_DEEPBIND where the plugin's libraries clash with the process's
+// (above): the plugin and the libraries it brings then resolve their symbols among themselves
+// first. Not always: with RTLD_DEEPBIND a plugin binds to a library's own copy of data that the
+// executable has copied into itself (MPI_COMM_WORLD in an MPI program), and sanitizer runtimes
+// refuse it.
+boost::dll::load_mode::type plugin_load_mode(const fs::path& file) {
+  const auto mode = boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local;
+  if (::dlsym(RTLD_DEFAULT, "__asan_init") != nullptr ||
+      ::dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr) {
+    return mode;
+  }
+  auto symbols = dynamic_symbols(file);
+  if (!symbols.ok()) return mode;
+  const std::string clash = foreign_definition(*symbols);
+  if (clash.empty()) return mode;
+  log(HVD_LOG_DEBUG, file.filename().string() + " takes symbols the process defines elsewhere, " +
+                         clash + ": loaded with RTLD_DEEPBIND");
+  return mode | boost::dll::load_mode::rtld_deepbind;
+}
+
+}  // namespace
+
 Result<Plugin> load_plugin(const fs::path& file) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec))
@@ -216,8 +294,7 @@ Result<Plugin> load_plugin(const fs::path& file) {
     // Boost.DLL's exception text wraps dlerror() in its own words and an errno that means
     // nothing here (": Bad file descriptor"): dlerror() says it all.
     boost::dll::fs::error_code load_error;
-    library.load(canonical, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local,
-                 load_error);
+    library.load(canonical, plugin_load_mode(canonical), load_error);
     if (load_error) {
       const char* why = ::dlerror();
       return plugin_error(file, std::string("cannot be loaded as a shared library: ") +

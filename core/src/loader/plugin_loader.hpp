@@ -68,10 +68,16 @@ struct PluginScan {
 // The directories searched for plugins, in order.
 std::vector<fs::path> plugin_search_path(const EnvLookup& env);
 
-// The symbols a shared library exports: the defined, global or weak, default- or
-// protected-visibility entries of its dynamic symbol table (.dynsym, what dlsym sees; it
-// survives strip). Errors: HVD_ERR_PLUGIN when the file is not a readable 64-bit ELF file.
-Result<std::vector<std::string>> exported_symbols(const fs::path& file);
+// What a shared library's dynamic section and symbol table (.dynamic, .dynsym: what the dynamic
+// loader reads; they survive strip) say. Errors: HVD_ERR_PLUGIN when the file is not a readable
+// 64-bit ELF file.
+struct DynamicSymbols {
+  std::vector<std::string> exported;  // defined; global or weak; default or protected visibility
+  std::vector<std::string> imported;  // undefined, not weak: what its libraries must define
+  std::vector<std::string> needed;    // DT_NEEDED: the libraries it names
+};
+Result<DynamicSymbols> dynamic_symbols(const fs::path& file);
+Result<std::vector<std::string>> exported_symbols(const fs::path& file);  // dynamic_symbols's
 
 // "libhvd-backend-gloo.so" for "gloo".
 std::string plugin_file_name(const std::string& backend);
