@@ -43,12 +43,12 @@ bundle() {
   done
   # For hvd-mnist, built there against that machine's PyTorch (LibTorch with CUDA; Debian's is
   # CPU-only): the README job's digits (scripts/make-mnist.sh) and zlib's headers.
-  if [ -d "$root/build/data/mnist-digits" ]; then
+  if [ -d "$root/build/data/mnist-digits" ] && [ -e /usr/include/zlib.h ]; then
     mkdir -p "$dir/train/include"
     cp -r "$root/build/data/mnist-digits" "$dir/train/"
     cp /usr/include/zlib.h /usr/include/zconf.h "$dir/train/include/"
   else
-    echo "gpu-check bundle: no MNIST digits (scripts/make-mnist.sh): hvd-mnist will not run there"
+    echo "gpu-check bundle: no MNIST digits (scripts/make-mnist.sh) or zlib.h: hvd-mnist will not run there"
   fi
   local size_kib
   size_kib=$(du -sk "$dir" | cut -f1)
@@ -60,9 +60,16 @@ bundle() {
   fi
 }
 
-# One row of the table: what was checked, and what came of it.
+# One row of the table: what was checked, and what came of it (with the note of a step that was
+# cut short). Rows also go to $out/rows.txt as they come, so a run killed from outside keeps them.
 rows=()
-row() { rows+=("$(printf '%-46s %s' "$1" "$2")"); }
+cut_short=""
+rows_file=/dev/null
+row() {
+  rows+=("$(printf '%-46s %s' "$1" "$2${cut_short:+ ($cut_short)}")")
+  printf '%s\n' "${rows[-1]}" >> "$rows_file"
+  cut_short=""
+}
 
 run() {
   [ -x "$dir/bin/hvdrun" ] || { echo "gpu-check: no bundle in $dir (run: $0 bundle)" >&2; exit 2; }
@@ -74,14 +81,26 @@ run() {
   export PATH="$dir/bin:$PATH" NCCL_SOCKET_IFNAME=lo HVD_TIMEOUT=${HVD_TIMEOUT:-60}
   unset HVD_PLUGIN_PATH HVD_BACKEND
   local out="${OUT:-$(mktemp -d)}"
-  # Each step is bounded as a whole too (device time is lent by the minute): a step over its
-  # limit is killed and its row says so.
+  rows_file="$out/rows.txt"
+  : > "$rows_file"
+  # Each step is bounded, and all of them by HVD_GPU_CHECK_SECONDS (default 540, within the
+  # device tool's 600 s a call): device time is lent by the minute. A step cut short says so in
+  # its row.
+  local deadline=$((SECONDS + ${HVD_GPU_CHECK_SECONDS:-540}))
   bounded() {
     local limit=$1 rc=0
     shift
+    ((limit > deadline - SECONDS)) && limit=$((deadline - SECONDS))
+    if ((limit <= 0)); then
+      cut_short="not run: out of time"
+      return 124
+    fi
     echo "gpu-check: $(date +%T) $* (limit ${limit} s)" >&3
     timeout --kill-after=5 "$limit" "$@" || rc=$?
-    ((rc == 124 || rc == 137)) && echo "gpu-check: killed after ${limit} s: $*" >&3
+    if ((rc == 124 || rc == 137)); then
+      cut_short="killed after ${limit} s"
+      echo "gpu-check: $cut_short: $*" >&3
+    fi
     return $rc
   }
   exec 3>&2
@@ -175,10 +194,10 @@ train() {
     row "hvd-mnist on the GPU" "skipped: $why"
     return 0
   fi
-  local build="$out/../hvd-mnist-build" flags
-  mkdir -p "$build"
+  local build flags
+  build=$(mktemp -d)
   # torch.utils.cpp_extension knows LibTorch's include and library directories and its ABI.
-  flags=$(python3 - <<'PY'
+  if ! flags=$(timeout 120 python3 - <<'PY'
 import torch
 from torch.utils import cpp_extension as ext
 try:
@@ -188,7 +207,11 @@ except TypeError:
 print(" ".join(["-I" + p for p in inc] + ["-L" + p + " -Wl,-rpath," + p for p in lib] +
                ["-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI)]))
 PY
-  )
+  ); then
+    row "hvd-mnist on the GPU" "skipped: torch.utils.cpp_extension gave no build flags"
+    rm -rf "$build"
+    return 0
+  fi
   local cxx="g++ -std=c++20 -O2 -DHVD_TRAIN_WITH_CUDA -I$root/train/include -I$root/core/include"
   cxx+=" -I$root/sdk/include"
   cxx+=" -I$dir/train/include $flags"
@@ -196,18 +219,19 @@ PY
   echo "gpu-check: $(date +%T) building hvd-mnist against PyTorch $(python3 -c 'import torch; print(torch.__version__)')" >&3
   local source pids=()
   for source in src/train.cpp mnist/main.cpp mnist/mnist_data.cpp; do
-    $cxx -fPIC -c "$root/train/$source" -o "$build/$(basename "$source" .cpp).o" \
+    bounded 300 $cxx -fPIC -c "$root/train/$source" -o "$build/$(basename "$source" .cpp).o" \
       >> "$out/hvd-mnist-build.txt" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
   if ((rc == 0)); then
-    $cxx "$build"/*.o -o "$build/hvd-mnist" "$dir/lib/libhvd.so.0" -Wl,-rpath,"$dir/lib" \
-      -Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed -ltorch -ltorch_cpu -lc10 \
-      "$dir/lib/deps/libz.so.1" >> "$out/hvd-mnist-build.txt" 2>&1 || rc=$?
+    bounded 120 $cxx "$build"/*.o -o "$build/hvd-mnist" "$dir/lib/libhvd.so.0" \
+      -Wl,-rpath,"$dir/lib" -Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed -ltorch \
+      -ltorch_cpu -lc10 -l:libz.so.1 >> "$out/hvd-mnist-build.txt" 2>&1 || rc=$?
   fi
   if ((rc != 0)); then
     row "hvd-mnist on the GPU" "FAIL: the build failed (hvd-mnist-build.txt)"
+    rm -rf "$build"
     return 0
   fi
   local job
@@ -217,12 +241,13 @@ PY
     echo "== hvdrun -np $2 --backend $1 hvd-mnist --device $3" >> "$log"
     if bounded 120 hvdrun -np "$2" --backend "$1" -- "$build/hvd-mnist" --device "$3" \
          --data-dir "$dir/train/mnist-digits" --min-accuracy 0.96 >> "$log" 2>&1; then
-      result="pass: $(grep -o 'trained .*' "$log" | tail -1)"
+      result="pass: $(grep -o 'trained .*' "$log" | tail -1 || true)"
     else
       result="FAIL (hvd-mnist.txt)"
     fi
     row "hvd-mnist $1, $2 rank(s), --device $3" "$result"
   done
+  rm -rf "$build"
 }
 
 case "$mode" in
