@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "comm/copy_blocks.hpp"
 #include "fake_collectives.hpp"
 #include "tensor_workload.hpp"
 
@@ -656,6 +657,47 @@ void device_fused_allreduces(hvd_dtype dtype, int count) {
     EXPECT_EQ(gpu->device_allocations_live(), 0u);
     EXPECT_EQ(gpu->streams_live, 0);
     EXPECT_TRUE(gpu->misuse.empty()) << gpu->misuse.front();
+  }
+}
+
+// The copy-and-scale kernel's grid (copy_blocks.hpp, the code the kernel runs): each span a run
+// of blocks of its own, enough for one pass of 16 KiB a block, between 1 and 1024; every block
+// of the launch finds the span whose run holds it.
+TEST(CopyBlocks, EachSpanGetsARunOfItsOwnAndEveryBlockFindsIt) {
+  using namespace hvd::core::copy_blocks;
+  EXPECT_EQ(blocks_for(0), 1u);
+  EXPECT_EQ(blocks_for(1), 1u);
+  EXPECT_EQ(blocks_for(16 << 10), 1u);
+  EXPECT_EQ(blocks_for((16 << 10) + 1), 2u);
+  EXPECT_EQ(blocks_for(16 << 20), 1024u);
+  EXPECT_EQ(blocks_for((16 << 20) + 1), 1024u);  // more passes
+  EXPECT_EQ(blocks_for(uint64_t{1} << 40), 1024u);
+  std::mt19937_64 random(7);
+  const std::vector<std::vector<uint64_t>> batches = {
+      {0},
+      {uint64_t{1} << 30},
+      std::vector<uint64_t>(1024, 16 << 10),
+      [&] {  // one large tensor among 1023 small ones of odd sizes
+        std::vector<uint64_t> sizes(1024);
+        for (uint64_t& size : sizes) size = random() % 70000;
+        sizes[517] = 64 << 20;
+        return sizes;
+      }()};
+  for (const std::vector<uint64_t>& sizes : batches) {
+    std::vector<uint32_t> first_block;
+    uint32_t blocks = 0;
+    for (uint64_t bytes : sizes) {
+      first_block.push_back(blocks);
+      blocks += blocks_for(bytes);
+    }
+    const uint32_t count = static_cast<uint32_t>(sizes.size());
+    for (uint32_t k = 0; k < count; ++k) {
+      const uint32_t end = k + 1 < count ? first_block[k + 1] : blocks;
+      ASSERT_EQ(end - first_block[k], blocks_for(sizes[k]));
+      for (uint32_t block = first_block[k]; block < end; ++block) {
+        ASSERT_EQ(span_of(first_block.data(), count, block), k) << "block " << block;
+      }
+    }
   }
 }
 

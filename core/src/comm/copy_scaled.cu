@@ -2,17 +2,17 @@
 // a fused batch into its fusion buffer and unpacks it with one launch per 1024 tensors, where a
 // copy per tensor would cost a launch (a few microseconds) each.
 //
-// The spans travel in the launch's parameters (24 KiB; CUDA 12.1 raised their limit from 4 KiB
+// The spans travel in the launch's parameters (28 KiB; CUDA 12.1 raised their limit from 4 KiB
 // to 32 KiB on Volta and later), so nothing is copied to the device before the kernel runs.
-// blockIdx.y picks the span; the x blocks stride over it, 16 bytes at a time where both ends
-// are 16-byte aligned.
+// Each span has a run of blocks of its own (copy_blocks.hpp), which stride over it, 16 bytes at a
+// time where both ends are 16-byte aligned.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
+#include "comm/copy_blocks.hpp"
 #include "comm/copy_scaled.hpp"
 
 #if CUDART_VERSION < 12010
@@ -22,13 +22,15 @@
 namespace hvd::core {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kVectorsPerThread = 4;  // 16-byte vectors a thread copies in one pass
+using copy_blocks::kThreads;
+using copy_blocks::kVectorsPerThread;
 
 struct Spans {
   CopySpan span[DeviceMemory::kSpansPerLaunch];
+  uint32_t first_block[DeviceMemory::kSpansPerLaunch];  // of each span's run (copy_blocks.hpp)
+  uint32_t count;
 };
-static_assert(sizeof(Spans) <= 32764 - 64, "a launch's parameters hold 32764 bytes");
+static_assert(sizeof(Spans) + 8 <= 32764, "a launch's parameters hold 32764 bytes");
 
 // The host's arithmetic (scheduler.cpp's scale): float for fp16, bf16 and fp32, double for fp64.
 // Factor 1 is a plain copy of any dtype (T = unsigned char).
@@ -50,28 +52,32 @@ __device__ inline void scale_vector(uint4& v, Factor factor) {
 }
 
 template <typename T, typename Factor>
-__global__ void copy_scaled(Spans spans, Factor factor) {
-  const CopySpan s = spans.span[blockIdx.y];
+__global__ void copy_scaled(const __grid_constant__ Spans spans, Factor factor) {
+  const uint32_t k = copy_blocks::span_of(spans.first_block, spans.count, blockIdx.x);
+  const uint32_t run =
+      (k + 1 < spans.count ? spans.first_block[k + 1] : gridDim.x) - spans.first_block[k];
+  const CopySpan s = spans.span[k];
   if (s.dst == s.src && Factor(1) == factor) return;
   const T* in = static_cast<const T*>(s.src);
   T* out = static_cast<T*>(s.dst);
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t stride = static_cast<size_t>(run) * blockDim.x;
+  const size_t first =
+      static_cast<size_t>(blockIdx.x - spans.first_block[k]) * blockDim.x + threadIdx.x;
   size_t done = 0;
   if (((reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(in)) & 15) == 0) {
     constexpr size_t kPerVector = 16 / sizeof(T);
     const size_t vectors = s.count / kPerVector;
     const uint4* in_vectors = reinterpret_cast<const uint4*>(in);
     uint4* out_vectors = reinterpret_cast<uint4*>(out);
-    // A thread's loads are all in flight before its first store. The grid gives each thread at
-    // most kVectorsPerThread vectors of the longest span, so most spans take one pass.
+    // A thread's loads are all in flight before its first store. A span's run gives each thread
+    // at most kVectorsPerThread vectors, so spans up to 16 MiB take one pass.
     size_t i = first;
     for (; i + (kVectorsPerThread - 1) * stride < vectors; i += kVectorsPerThread * stride) {
       uint4 v[kVectorsPerThread];
 #pragma unroll
-      for (int u = 0; u < kVectorsPerThread; ++u) v[u] = in_vectors[i + u * stride];
+      for (uint32_t u = 0; u < kVectorsPerThread; ++u) v[u] = in_vectors[i + u * stride];
 #pragma unroll
-      for (int u = 0; u < kVectorsPerThread; ++u) {
+      for (uint32_t u = 0; u < kVectorsPerThread; ++u) {
         scale_vector<T>(v[u], factor);
         out_vectors[i + u * stride] = v[u];
       }
@@ -89,6 +95,12 @@ __global__ void copy_scaled(Spans spans, Factor factor) {
 }  // namespace
 
 int copy_scaled_kernels_status() {
+  // Launches with more than 4 KiB of parameters need a CUDA 12.1 driver, which a 12.x runtime
+  // on an older driver (minor-version compatibility) lacks.
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess || driver < 12010) {
+    return cudaErrorInsufficientDriver;
+  }
   cudaFuncAttributes attributes{};
   cudaError_t rc = cudaFuncGetAttributes(&attributes, copy_scaled<unsigned char, float>);
   if (rc == cudaSuccess) rc = cudaFuncGetAttributes(&attributes, copy_scaled<__half, float>);
@@ -103,19 +115,16 @@ int launch_copy_scaled(const CopySpan* spans, size_t count, hvd_dtype dtype, dou
   const size_t element = hvd_dtype_size(dtype);
   // A copy moves bytes: its counts become byte counts.
   const size_t unit = factor == 1 ? 1 : element;
-  Spans batch{};
-  uint64_t longest = 0;
+  Spans batch;  // entries past `count` are never read
+  batch.count = static_cast<uint32_t>(count);
+  uint32_t blocks = 0;  // at most 1024 x 1024
   for (size_t i = 0; i < count; ++i) {
     batch.span[i] = spans[i];
     batch.span[i].count = spans[i].count * (element / unit);
-    longest = std::max(longest, spans[i].count * element);
+    batch.first_block[i] = blocks;
+    blocks += copy_blocks::blocks_for(spans[i].count * element);
   }
-  // Enough blocks for the longest span in one pass, at most 1024: the rest stride.
-  const uint64_t vectors = (longest + 15) / 16;
-  constexpr uint64_t kPerBlock = uint64_t{kVectorsPerThread} * kThreads;
-  const unsigned blocks_x = static_cast<unsigned>(
-      std::min<uint64_t>(1024, std::max<uint64_t>(1, (vectors + kPerBlock - 1) / kPerBlock)));
-  const dim3 grid(blocks_x, static_cast<unsigned>(count));
+  const dim3 grid(blocks);
   const auto on = static_cast<cudaStream_t>(stream);
   const float f = static_cast<float>(factor);
   if (factor == 1) {

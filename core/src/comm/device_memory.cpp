@@ -155,8 +155,10 @@ class CudaRuntime final : public DeviceMemory {
 #else
     const OnDevice on(device);
     HVD_RETURN_IF_ERROR(on.status());
-    return check(static_cast<cudaError_t>(copy_scaled_kernels_status()),
-                 "hvd's copy-and-scale kernel (built for sm_75, sm_80, sm_90 and PTX)", device);
+    return check(
+        static_cast<cudaError_t>(copy_scaled_kernels_status()),
+        "hvd's copy-and-scale kernel (built for sm_75, sm_80, sm_90 and PTX; a CUDA 12.1 driver)",
+        device);
 #endif
   }
   Result<int32_t> current_device() override {
