@@ -252,16 +252,18 @@ class NcclBackend {
     const OnDevice on(device_);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    ncclComm_t made = nullptr;
     const int color = child != nullptr ? child->members[0] : NCCL_SPLIT_NOCOLOR;
     const int key = child != nullptr ? child->rank : 0;
-    const ncclResult_t rc = ncclCommSplit(comm_, color, key, &made, &config);
+    split_child_ = nullptr;
+    const ncclResult_t rc = ncclCommSplit(comm_, color, key, &split_child_, &config);
     // On a non-blocking parent the split runs on NCCL's own thread, which writes the child into
-    // `made` when it is done; the parent's state says when. ncclCommSplit itself returns
-    // ncclSuccess then (NCCL 2.28 drops the group's ncclInProgress), so success means "started".
+    // split_child_ when it is done (a member: a split cut short by abort or the timeout may still
+    // write it); the parent's state says when. ncclCommSplit returns ncclSuccess while that
+    // thread runs (the group's ncclInProgress shows only in the parent's state), so success
+    // means "started".
     const Status split =
         settle("ncclCommSplit", rc == ncclSuccess ? ncclInProgress : rc, Clock::now() + timeout_);
-    ncclComm_t child_comm = __atomic_load_n(&made, __ATOMIC_ACQUIRE);
+    ncclComm_t child_comm = take_split_child();
     if (!split.ok()) {
       if (child_comm != nullptr) (void)ncclCommAbort(child_comm);
       return split;
@@ -318,9 +320,14 @@ class NcclBackend {
 
   void abort_comm_locked() {
     if (comm_ != nullptr && !comm_gone_) {
-      (void)ncclCommAbort(comm_);
+      (void)ncclCommAbort(comm_);  // ends a split in progress on NCCL's thread too
       comm_gone_ = true;
+      if (ncclComm_t orphan = take_split_child(); orphan != nullptr) (void)ncclCommAbort(orphan);
     }
+  }
+
+  ncclComm_t take_split_child() {
+    return __atomic_exchange_n(&split_child_, nullptr, __ATOMIC_ACQ_REL);
   }
 
   Status usable(const char* what) const {
@@ -412,7 +419,8 @@ class NcclBackend {
   int device_;
   std::chrono::milliseconds timeout_;
   ncclComm_t comm_ = nullptr;
-  std::mutex mutex_;        // calls_, comm_gone_: between a call and abort
+  ncclComm_t split_child_ = nullptr;  // written by NCCL's thread during a split
+  std::mutex mutex_;                  // calls_, comm_gone_: between a call and abort
   int calls_ = 0;           // CallScopes open (a barrier's allreduce nests in the barrier's)
   bool comm_gone_ = false;  // ncclCommAbort freed comm_
   std::atomic<bool> aborted_{false};

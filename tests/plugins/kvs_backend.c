@@ -354,9 +354,15 @@ static const hvd_backend_v1 kvs_table = {
 /* hvd_test::clash_origin(), by its C++ name: a clash of C++ libraries is what the loader looks
  * for. */
 int _ZN8hvd_test12clash_originEv(void);
+#ifdef HVD_TEST_CLASH_DATA
+extern int _ZN8hvd_test10clash_dataE; /* hvd_test::clash_data: the plugin needs its library */
+#endif
 HVD_PLUGIN_EXPORT const hvd_backend_v1* hvd_backend_entry_v1(void) {
   static hvd_backend_v1 table;
   table = kvs_table;
+#ifdef HVD_TEST_CLASH_DATA
+  table.version = _ZN8hvd_test10clash_dataE == 7 ? "1.0.0" : "wrong";
+#endif
   table.description = _ZN8hvd_test12clash_originEv() == 1 ? "calls its own library's symbol"
                                                           : "calls the application's symbol";
   return &table;

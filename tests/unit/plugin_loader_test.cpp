@@ -15,7 +15,8 @@
 #include "comm/communicator.hpp"
 
 namespace hvd_test {
-int clash_origin();  // tests/plugins/clash_origin.cpp
+int clash_origin();     // tests/plugins/clash_origin.cpp
+extern int clash_data;  // tests/plugins/clash_data.cpp
 }  // namespace hvd_test
 
 namespace hvd::core {
@@ -38,20 +39,57 @@ TEST(PluginLoader, LoadsACPluginAndReadsItsTable) {
   EXPECT_EQ(load_plugin(kTestPlugins / "libhvd-backend-kvs.so")->table, plugin->table);
 }
 
+bool sanitized() {
+  return ::dlsym(RTLD_DEFAULT, "__asan_init") != nullptr ||
+         ::dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr;
+}
+
 // A plugin calls the C++ symbols of the libraries it brings, not another library's definition
 // the application has: PyTorch's wheels export a Gloo of their own from libtorch_cpu.so, which
-// replaced the gloo plugin's and crashed it (RTLD_DEEPBIND where that happens). The other side,
-// an MPI program whose MPI the plugin shares, is
-// integration.Mpirun.AnApplicationThatOwnsMpiKeepsIt.
+// replaced the gloo plugin's and crashed it (RTLD_DEEPBIND where that happens).
 TEST(PluginLoader, APluginCallsItsOwnLibrarysSymbolWhereTheApplicationDefinesItToo) {
-  if (::dlsym(RTLD_DEFAULT, "__asan_init") != nullptr ||
-      ::dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr) {
-    GTEST_SKIP() << "a sanitizer runtime refuses RTLD_DEEPBIND: plugins load without it here";
-  }
+  if (sanitized()) GTEST_SKIP() << "a sanitizer runtime refuses RTLD_DEEPBIND";
   ASSERT_EQ(hvd_test::clash_origin(), 2);  // the application's definition, loaded
-  auto plugin = load_plugin(kTestPlugins / "libhvd-backend-clash.so");
+  const fs::path file = kTestPlugins / "libhvd-backend-clash.so";
+  const PluginLoadMode mode = plugin_load_mode(file);
+  EXPECT_TRUE(mode.deep_bind);
+  EXPECT_TRUE(contains(mode.clash, "_ZN8hvd_test12clash_originEv (defined by ")) << mode.clash;
+  EXPECT_TRUE(contains(mode.clash, "libhvd-test-clash-origin2.so")) << mode.clash;
+  auto plugin = load_plugin(file);
   ASSERT_TRUE(plugin.ok()) << plugin.status().to_string();
   EXPECT_EQ(plugin->description, "calls its own library's symbol");
+}
+
+// Not without a clash: RTLD_DEEPBIND would bind a plugin to a library's own copy of data the
+// executable copied into itself (MPI_COMM_WORLD in an MPI program crashed
+// integration.Mpirun.AnApplicationThatOwnsMpiKeepsIt). A C plugin has no C++ imports to clash.
+TEST(PluginLoader, APluginWithoutAClashLoadsWithoutDeepBinding) {
+  const PluginLoadMode mode = plugin_load_mode(kTestPlugins / "libhvd-backend-kvs.so");
+  EXPECT_FALSE(mode.deep_bind);
+  EXPECT_EQ(mode.clash, "");
+}
+
+// A clash, but the executable copied data of a library the plugin needs: with RTLD_DEEPBIND the
+// plugin would read the library's never-initialized original, so it loads without it (and the
+// loader warns that the clash stands).
+TEST(PluginLoader, AClashWhereTheExecutableCopiedThePluginsLibraryDataLoadsWithoutDeepBinding) {
+  ASSERT_EQ(hvd_test::clash_data, 7);
+  auto self = dynamic_symbols("/proc/self/exe");
+  ASSERT_TRUE(self.ok()) << self.status().to_string();
+  if (sanitized()) GTEST_SKIP() << "a sanitizer runtime refuses RTLD_DEEPBIND";
+  if (std::find(self->copied.begin(), self->copied.end(), "_ZN8hvd_test10clash_dataE") ==
+      self->copied.end()) {
+    GTEST_SKIP() << "this toolchain did not copy hvd_test::clash_data into the executable";
+  }
+  const fs::path file = kTestPlugins / "libhvd-backend-clashcopy.so";
+  const PluginLoadMode mode = plugin_load_mode(file);
+  EXPECT_FALSE(mode.deep_bind);
+  EXPECT_TRUE(contains(mode.clash, "libhvd-test-clash-origin2.so")) << mode.clash;
+  EXPECT_EQ(mode.unsafe, "_ZN8hvd_test10clash_dataE (from libhvd-test-clash-data.so)");
+  auto plugin = load_plugin(file);
+  ASSERT_TRUE(plugin.ok()) << plugin.status().to_string();
+  EXPECT_EQ(plugin->version, "1.0.0");  // it reads the executable's copy, as the program does
+  EXPECT_EQ(plugin->description, "calls the application's symbol");
 }
 
 // ---- the table read by its struct_size ----------------------------------------------------------

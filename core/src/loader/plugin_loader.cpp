@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <elf.h>
+#include <link.h>
 #include <sys/auxv.h>
 
 #include <algorithm>
@@ -29,6 +30,14 @@ Registry& registry() {
   static Registry* instance = new Registry;
   return *instance;
 }
+
+#if defined(__x86_64__)
+constexpr uint32_t kCopyRelocation = R_X86_64_COPY;
+#elif defined(__aarch64__)
+constexpr uint32_t kCopyRelocation = R_AARCH64_COPY;
+#else
+constexpr uint32_t kCopyRelocation = ~0u;  // none recognized: no copies seen
+#endif
 
 Status plugin_error(const fs::path& file, const std::string& why) {
   return error(HVD_ERR_PLUGIN, file.string() + ": " + why);
@@ -147,52 +156,63 @@ Result<DynamicSymbols> dynamic_symbols(const fs::path& file) {
   if (!in) return plugin_error(file, "cannot be opened");
   in.seekg(0, std::ios::end);
   const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  auto fits = [&](uint64_t offset, uint64_t bytes) {
+    return offset <= file_size && bytes <= file_size - offset;
+  };
   auto read_at = [&](uint64_t offset, void* to, uint64_t bytes) {
-    if (offset > file_size || bytes > file_size - offset) return false;
+    if (!fits(offset, bytes)) return false;
     in.seekg(static_cast<std::streamoff>(offset));
     return static_cast<bool>(in.read(static_cast<char*>(to), static_cast<std::streamsize>(bytes)));
   };
   Elf64_Ehdr header;
   if (!read_at(0, &header, sizeof header) || std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 ||
-      header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_shentsize != sizeof(Elf64_Shdr)) {
-    return plugin_error(file, "not a 64-bit ELF file");
+      header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_ident[EI_DATA] != ELFDATA2LSB ||
+      header.e_shentsize != sizeof(Elf64_Shdr)) {
+    return plugin_error(file, "not a 64-bit little-endian ELF file");
   }
-  std::vector<Elf64_Shdr> sections(header.e_shnum);
-  if (!read_at(header.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr))) {
+  if (!fits(header.e_shoff, uint64_t{header.e_shnum} * sizeof(Elf64_Shdr))) {
     return plugin_error(file, "its section headers lie outside the file");
   }
-  // A section's entries and the string table its sh_link names.
+  std::vector<Elf64_Shdr> sections(header.e_shnum);
+  (void)read_at(header.e_shoff, sections.data(), sections.size() * sizeof(Elf64_Shdr));
+  // A section's entries, and the string table its sh_link names; sizes checked against the file
+  // before anything is allocated.
   auto read_table = [&](const Elf64_Shdr& table, size_t entry_size, auto& entries,
                         std::vector<char>& text) {
-    if (table.sh_link >= sections.size() || table.sh_entsize != entry_size) return false;
+    if (table.sh_link >= sections.size() || table.sh_entsize != entry_size ||
+        table.sh_size % entry_size != 0 || !fits(table.sh_offset, table.sh_size)) {
+      return false;
+    }
     const Elf64_Shdr& strings = sections[table.sh_link];
+    if (strings.sh_type != SHT_STRTAB || !fits(strings.sh_offset, strings.sh_size)) return false;
     entries.resize(table.sh_size / entry_size);
     text.resize(strings.sh_size);
-    return read_at(table.sh_offset, entries.data(), entries.size() * entry_size) &&
+    return read_at(table.sh_offset, entries.data(), table.sh_size) &&
            read_at(strings.sh_offset, text.data(), text.size());
   };
   auto name_at = [](const std::vector<char>& text, uint64_t offset) {
     return std::string(text.data() + offset, strnlen(text.data() + offset, text.size() - offset));
   };
   DynamicSymbols found;
+  std::vector<Elf64_Sym> symbols;  // .dynsym, which the relocations index
+  std::vector<char> symbol_names;
   for (const Elf64_Shdr& table : sections) {
     std::vector<char> text;
     if (table.sh_type == SHT_DYNSYM) {
-      std::vector<Elf64_Sym> symbols;
-      if (!read_table(table, sizeof(Elf64_Sym), symbols, text)) {
+      if (!read_table(table, sizeof(Elf64_Sym), symbols, symbol_names)) {
         return plugin_error(file, "its dynamic symbol table is malformed");
       }
       for (const Elf64_Sym& symbol : symbols) {
         const unsigned bind = ELF64_ST_BIND(symbol.st_info);
         const unsigned visibility = ELF64_ST_VISIBILITY(symbol.st_other);
-        if (symbol.st_name == 0 || symbol.st_name >= text.size() ||
+        if (symbol.st_name == 0 || symbol.st_name >= symbol_names.size() ||
             (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE)) {
           continue;
         }
         if (symbol.st_shndx == SHN_UNDEF) {
-          if (bind != STB_WEAK) found.imported.push_back(name_at(text, symbol.st_name));
+          if (bind != STB_WEAK) found.imported.push_back(name_at(symbol_names, symbol.st_name));
         } else if (visibility == STV_DEFAULT || visibility == STV_PROTECTED) {
-          found.exported.push_back(name_at(text, symbol.st_name));
+          found.exported.push_back(name_at(symbol_names, symbol.st_name));
         }
       }
     } else if (table.sh_type == SHT_DYNAMIC) {
@@ -201,9 +221,27 @@ Result<DynamicSymbols> dynamic_symbols(const fs::path& file) {
         return plugin_error(file, "its dynamic section is malformed");
       }
       for (const Elf64_Dyn& entry : entries) {
+        if (entry.d_tag == DT_NULL) break;
         if (entry.d_tag == DT_NEEDED && entry.d_un.d_val < text.size()) {
           found.needed.push_back(name_at(text, entry.d_un.d_val));
         }
+      }
+    }
+  }
+  // Copy relocations (an executable's copies of libraries' data), by .dynsym index.
+  for (const Elf64_Shdr& table : sections) {
+    if (table.sh_type != SHT_RELA || table.sh_entsize != sizeof(Elf64_Rela) ||
+        table.sh_size % sizeof(Elf64_Rela) != 0 || !fits(table.sh_offset, table.sh_size) ||
+        table.sh_link >= sections.size() || sections[table.sh_link].sh_type != SHT_DYNSYM) {
+      continue;
+    }
+    std::vector<Elf64_Rela> relocations(table.sh_size / sizeof(Elf64_Rela));
+    if (!read_at(table.sh_offset, relocations.data(), table.sh_size)) continue;
+    for (const Elf64_Rela& relocation : relocations) {
+      const uint64_t index = ELF64_R_SYM(relocation.r_info);
+      if (ELF64_R_TYPE(relocation.r_info) == kCopyRelocation && index < symbols.size() &&
+          symbols[index].st_name < symbol_names.size()) {
+        found.copied.push_back(name_at(symbol_names, symbols[index].st_name));
       }
     }
   }
@@ -231,53 +269,122 @@ std::vector<fs::path> plugin_search_path(const EnvLookup& env) {
 
 namespace {
 
-// The first C++ symbol the plugin takes from its own libraries that this process already defines
-// in another library: PyTorch's wheels link a Gloo of their own into libtorch_cpu.so and export
-// its symbols, which would bind in place of the gloo plugin's Gloo (a different version) and crash
-// it. Empty when there is none. The C and C++ runtimes' allocation functions are left out
+// The libraries of `needed` that the process has loaded already (by soname, whatever file each
+// was loaded from), held open while this lives.
+class LoadedLibraries {
+ public:
+  struct Library {
+    std::string name;  // as DT_NEEDED says
+    void* handle;
+    const link_map* map;
+  };
+  explicit LoadedLibraries(const std::vector<std::string>& needed) {
+    for (const std::string& name : needed) {
+      void* handle = ::dlopen(name.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+      if (handle == nullptr) continue;
+      link_map* map = nullptr;
+      if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0) map = nullptr;
+      libraries_.push_back({name, handle, map});
+    }
+  }
+  ~LoadedLibraries() {
+    for (const Library& library : libraries_) (void)::dlclose(library.handle);
+  }
+  LoadedLibraries(const LoadedLibraries&) = delete;
+  LoadedLibraries& operator=(const LoadedLibraries&) = delete;
+
+  bool holds(const link_map* map) const {
+    return std::any_of(libraries_.begin(), libraries_.end(),
+                       [&](const Library& library) { return library.map == map; });
+  }
+  const std::vector<Library>& libraries() const { return libraries_; }
+
+ private:
+  std::vector<Library> libraries_;
+};
+
+// The object that defines `address`, or nullptr.
+const link_map* defined_in(const void* address) {
+  Dl_info info{};
+  link_map* map = nullptr;
+  if (address == nullptr ||
+      ::dladdr1(address, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0) {
+    return nullptr;
+  }
+  return map;
+}
+
+const link_map* executable() {
+  link_map* map = nullptr;
+  void* self = ::dlopen(nullptr, RTLD_LAZY);
+  if (self == nullptr || ::dlinfo(self, RTLD_DI_LINKMAP, &map) != 0) return nullptr;
+  return map;
+}
+
+std::string name_of(const link_map* map) {
+  return map->l_name != nullptr && *map->l_name != '\0' ? map->l_name : "the executable";
+}
+
+// The first C++ symbol the plugin imports that the process already defines in an object the
+// plugin does not need: PyTorch's wheels link a Gloo of their own into libtorch_cpu.so and
+// libtorch_cuda.so and export it, and it would bind in place of the gloo plugin's Gloo (another
+// version), which then crashes. Empty when there is none. Operator new and delete are left out
 // (an allocator interposed on purpose is no clash), and so is what the executable defines.
-std::string foreign_definition(const DynamicSymbols& plugin) {
-  Dl_info program{};
-  if (::dladdr(reinterpret_cast<void*>(::getauxval(AT_PHDR)), &program) == 0) return {};
-  const std::set<std::string> needed(plugin.needed.begin(), plugin.needed.end());
+std::string foreign_definition(const DynamicSymbols& plugin, const LoadedLibraries& loaded,
+                               const link_map* program) {
   for (const std::string& name : plugin.imported) {
     if (name.rfind("_Z", 0) != 0 || name.rfind("_Znw", 0) == 0 || name.rfind("_Zna", 0) == 0 ||
         name.rfind("_Zdl", 0) == 0 || name.rfind("_Zda", 0) == 0) {
       continue;
     }
-    void* address = ::dlsym(RTLD_DEFAULT, name.c_str());
-    Dl_info where{};
-    if (address == nullptr || ::dladdr(address, &where) == 0 || where.dli_fname == nullptr ||
-        where.dli_fbase == program.dli_fbase) {
-      continue;
+    const link_map* map = defined_in(::dlsym(RTLD_DEFAULT, name.c_str()));
+    if (map != nullptr && map != program && !loaded.holds(map)) {
+      return name + " (defined by " + name_of(map) + ")";
     }
-    const std::string library = fs::path(where.dli_fname).filename().string();
-    if (needed.count(library) == 0) return name + " (defined by " + where.dli_fname + ")";
   }
   return {};
 }
 
-// RTLD_NOW | RTLD_LOCAL, and RTLD_DEEPBIND where the plugin's libraries clash with the process's
-// (above): the plugin and the libraries it brings then resolve their symbols among themselves
-// first. Not always: with RTLD_DEEPBIND a plugin binds to a library's own copy of data that the
-// executable has copied into itself (MPI_COMM_WORLD in an MPI program), and sanitizer runtimes
-// refuse it.
-boost::dll::load_mode::type plugin_load_mode(const fs::path& file) {
-  const auto mode = boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local;
-  if (::dlsym(RTLD_DEFAULT, "__asan_init") != nullptr ||
-      ::dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr) {
-    return mode;
+// Data the executable has copied into itself (copy relocations) from a library the plugin needs,
+// other than the C library's: with RTLD_DEEPBIND the plugin would bind to the library's own copy,
+// which is never initialized (std::cout in a C++ program, MPI_COMM_WORLD in an MPI one). Type
+// information and vtables are constant, so copies of them are alike. Empty when there is none.
+std::string copied_data(const LoadedLibraries& loaded) {
+  auto copies = dynamic_symbols("/proc/self/exe");
+  if (!copies.ok()) return "the executable's copy relocations (unreadable)";
+  for (const std::string& name : copies->copied) {
+    if (name.rfind("_ZTI", 0) == 0 || name.rfind("_ZTS", 0) == 0 || name.rfind("_ZTV", 0) == 0) {
+      continue;
+    }
+    for (const LoadedLibraries::Library& library : loaded.libraries()) {
+      if (library.name.rfind("libc.so", 0) == 0) continue;
+      // dlsym searches the library's own dependencies too: only its own definition counts.
+      if (defined_in(::dlsym(library.handle, name.c_str())) == library.map) {
+        return name + " (from " + library.name + ")";
+      }
+    }
   }
-  auto symbols = dynamic_symbols(file);
-  if (!symbols.ok()) return mode;
-  const std::string clash = foreign_definition(*symbols);
-  if (clash.empty()) return mode;
-  log(HVD_LOG_DEBUG, file.filename().string() + " takes symbols the process defines elsewhere, " +
-                         clash + ": loaded with RTLD_DEEPBIND");
-  return mode | boost::dll::load_mode::rtld_deepbind;
+  return {};
 }
 
 }  // namespace
+
+PluginLoadMode plugin_load_mode(const fs::path& file) {
+  if (::dlsym(RTLD_DEFAULT, "__asan_init") != nullptr ||
+      ::dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr) {
+    return {};  // sanitizer runtimes refuse RTLD_DEEPBIND
+  }
+  auto symbols = dynamic_symbols(file);
+  if (!symbols.ok()) return {};
+  const LoadedLibraries loaded(symbols->needed);
+  const link_map* program = executable();
+  PluginLoadMode mode;
+  mode.clash = foreign_definition(*symbols, loaded, program);
+  if (mode.clash.empty()) return mode;
+  mode.unsafe = copied_data(loaded);
+  mode.deep_bind = mode.unsafe.empty();
+  return mode;
+}
 
 Result<Plugin> load_plugin(const fs::path& file) {
   std::error_code ec;
@@ -294,7 +401,20 @@ Result<Plugin> load_plugin(const fs::path& file) {
     // Boost.DLL's exception text wraps dlerror() in its own words and an errno that means
     // nothing here (": Bad file descriptor"): dlerror() says it all.
     boost::dll::fs::error_code load_error;
-    library.load(canonical, plugin_load_mode(canonical), load_error);
+    const PluginLoadMode mode = plugin_load_mode(canonical);
+    if (mode.deep_bind) {
+      log(HVD_LOG_DEBUG, canonical.filename().string() +
+                             " imports symbols the process defines elsewhere, " + mode.clash +
+                             ": loaded with RTLD_DEEPBIND");
+    } else if (!mode.clash.empty()) {
+      log(HVD_LOG_WARNING,
+          canonical.filename().string() + " imports symbols the process defines elsewhere, " +
+              mode.clash + ", which may replace its own; RTLD_DEEPBIND would keep them apart but " +
+              "would not see the executable's copy of " + mode.unsafe);
+    }
+    auto flags = boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local;
+    if (mode.deep_bind) flags = flags | boost::dll::load_mode::rtld_deepbind;
+    library.load(canonical, flags, load_error);
     if (load_error) {
       const char* why = ::dlerror();
       return plugin_error(file, std::string("cannot be loaded as a shared library: ") +

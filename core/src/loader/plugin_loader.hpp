@@ -75,9 +75,23 @@ struct DynamicSymbols {
   std::vector<std::string> exported;  // defined; global or weak; default or protected visibility
   std::vector<std::string> imported;  // undefined, not weak: what its libraries must define
   std::vector<std::string> needed;    // DT_NEEDED: the libraries it names
+  std::vector<std::string> copied;    // copy relocations: libraries' data an executable copies
 };
 Result<DynamicSymbols> dynamic_symbols(const fs::path& file);
 Result<std::vector<std::string>> exported_symbols(const fs::path& file);  // dynamic_symbols's
+
+// How load_plugin loads `file`: RTLD_NOW | RTLD_LOCAL, plus RTLD_DEEPBIND (the plugin and the
+// libraries it brings bind among themselves first) where a C++ symbol it imports is already
+// defined in a library it does not need (`clash`: PyTorch's wheels export a Gloo of their own),
+// unless the executable has copied data of a library the plugin needs (`unsafe`: the plugin would
+// bind to the never-initialized original), or a sanitizer runtime is loaded (it refuses
+// RTLD_DEEPBIND).
+struct PluginLoadMode {
+  bool deep_bind = false;
+  std::string clash;   // the first clashing symbol and where it is defined; empty: none
+  std::string unsafe;  // the copied data that rules RTLD_DEEPBIND out; empty: none
+};
+PluginLoadMode plugin_load_mode(const fs::path& file);
 
 // "libhvd-backend-gloo.so" for "gloo".
 std::string plugin_file_name(const std::string& backend);
