@@ -345,15 +345,24 @@ std::string foreign_definition(const DynamicSymbols& plugin, const LoadedLibrari
   return {};
 }
 
+// Type information (_ZTI, and its name _ZTS), vtables (_ZTV), VTTs (_ZTT) and construction
+// vtables (_ZTC): constant, so an executable's copy and the library's original are alike.
+bool constant_cxx_data(const std::string& name) {
+  for (const char* prefix : {"_ZTI", "_ZTS", "_ZTV", "_ZTT", "_ZTC"}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
 // Data the executable has copied into itself (copy relocations) from a library the plugin needs,
 // other than the C library's: with RTLD_DEEPBIND the plugin would bind to the library's own copy,
-// which is never initialized (std::cout in a C++ program, MPI_COMM_WORLD in an MPI one). Type
-// information and vtables are constant, so copies of them are alike. Empty when there is none.
+// which is never initialized (std::cout in a C++ program, MPI_COMM_WORLD in an MPI one). Empty
+// when there is none.
 std::string copied_data(const LoadedLibraries& loaded) {
   auto copies = dynamic_symbols("/proc/self/exe");
   if (!copies.ok()) return "the executable's copy relocations (unreadable)";
   for (const std::string& name : copies->copied) {
-    if (name.rfind("_ZTI", 0) == 0 || name.rfind("_ZTS", 0) == 0 || name.rfind("_ZTV", 0) == 0) {
+    if (constant_cxx_data(name)) {
       continue;
     }
     for (const LoadedLibraries::Library& library : loaded.libraries()) {
