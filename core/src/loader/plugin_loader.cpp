@@ -305,13 +305,16 @@ class LoadedLibraries {
 
 // The object that defines `address`, or nullptr.
 const link_map* defined_in(const void* address) {
+  if (address == nullptr) return nullptr;
+#ifdef DLFO_STRUCT_HAS_EH_DBASE  // glibc 2.35: a lookup, where dladdr1 scans symbol tables
+  dl_find_object found{};
+  return ::_dl_find_object(const_cast<void*>(address), &found) == 0 ? found.dlfo_link_map : nullptr;
+#else
   Dl_info info{};
   link_map* map = nullptr;
-  if (address == nullptr ||
-      ::dladdr1(address, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0) {
-    return nullptr;
-  }
-  return map;
+  return ::dladdr1(address, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) != 0 ? map
+                                                                                         : nullptr;
+#endif
 }
 
 const link_map* executable() {
