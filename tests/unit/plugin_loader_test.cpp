@@ -52,7 +52,7 @@ TEST(PluginLoader, APluginCallsItsOwnLibrarysSymbolWhereTheApplicationDefinesItT
   ASSERT_EQ(hvd_test::clash_origin(), 2);  // the application's definition, loaded
   const fs::path file = kTestPlugins / "libhvd-backend-clash.so";
   const PluginLoadMode mode = plugin_load_mode(file);
-  EXPECT_TRUE(mode.deep_bind);
+  EXPECT_TRUE(mode.deep_bind());
   EXPECT_TRUE(contains(mode.clash, "_ZN8hvd_test12clash_originEv (defined by ")) << mode.clash;
   EXPECT_TRUE(contains(mode.clash, "libhvd-test-clash-origin2.so")) << mode.clash;
   auto plugin = load_plugin(file);
@@ -65,7 +65,7 @@ TEST(PluginLoader, APluginCallsItsOwnLibrarysSymbolWhereTheApplicationDefinesItT
 // integration.Mpirun.AnApplicationThatOwnsMpiKeepsIt). A C plugin has no C++ imports to clash.
 TEST(PluginLoader, APluginWithoutAClashLoadsWithoutDeepBinding) {
   const PluginLoadMode mode = plugin_load_mode(kTestPlugins / "libhvd-backend-kvs.so");
-  EXPECT_FALSE(mode.deep_bind);
+  EXPECT_FALSE(mode.deep_bind());
   EXPECT_EQ(mode.clash, "");
 }
 
@@ -83,7 +83,7 @@ TEST(PluginLoader, AClashWhereTheExecutableCopiedThePluginsLibraryDataLoadsWitho
   }
   const fs::path file = kTestPlugins / "libhvd-backend-clashcopy.so";
   const PluginLoadMode mode = plugin_load_mode(file);
-  EXPECT_FALSE(mode.deep_bind);
+  EXPECT_FALSE(mode.deep_bind());
   EXPECT_TRUE(contains(mode.clash, "libhvd-test-clash-origin2.so")) << mode.clash;
   EXPECT_EQ(mode.unsafe, "_ZN8hvd_test10clash_dataE (from libhvd-test-clash-data.so)");
   auto plugin = load_plugin(file);

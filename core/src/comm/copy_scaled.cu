@@ -16,7 +16,7 @@
 #include "comm/copy_scaled.hpp"
 
 #if CUDART_VERSION < 12010
-#error "hvd's copy-and-scale kernel takes 24 KiB of parameters: CUDA 12.1 or later"
+#error "hvd's copy-and-scale kernel takes 28 KiB of parameters: CUDA 12.1 or later"
 #endif
 
 namespace hvd::core {

@@ -79,7 +79,7 @@ class DeviceMemory {
   // one another otherwise.
   virtual Status copy_scaled(const CopySpan* spans, size_t count, hvd_dtype dtype, double factor,
                              int32_t device, void* stream) = 0;
-  static constexpr size_t kSpansPerLaunch = 1024;  // what one launch's parameters hold (24 KiB)
+  static constexpr size_t kSpansPerLaunch = 1024;  // what one launch's parameters hold (28 KiB)
 };
 
 // An event with what made it: destroyed with its last holder (a fused batch's requests share

@@ -318,9 +318,11 @@ const link_map* defined_in(const void* address) {
 }
 
 const link_map* executable() {
-  link_map* map = nullptr;
   void* self = ::dlopen(nullptr, RTLD_LAZY);
-  if (self == nullptr || ::dlinfo(self, RTLD_DI_LINKMAP, &map) != 0) return nullptr;
+  if (self == nullptr) return nullptr;
+  link_map* map = nullptr;
+  if (::dlinfo(self, RTLD_DI_LINKMAP, &map) != 0) map = nullptr;
+  (void)::dlclose(self);  // the executable's map lives as long as the process
   return map;
 }
 
@@ -365,9 +367,7 @@ std::string copied_data(const LoadedLibraries& loaded) {
   auto copies = dynamic_symbols("/proc/self/exe");
   if (!copies.ok()) return "the executable's copy relocations (unreadable)";
   for (const std::string& name : copies->copied) {
-    if (constant_cxx_data(name)) {
-      continue;
-    }
+    if (constant_cxx_data(name)) continue;
     for (const LoadedLibraries::Library& library : loaded.libraries()) {
       if (library.name.rfind("libc.so", 0) == 0) continue;
       // dlsym searches the library's own dependencies too: only its own definition counts.
@@ -394,7 +394,6 @@ PluginLoadMode plugin_load_mode(const fs::path& file) {
   mode.clash = foreign_definition(*symbols, loaded, program);
   if (mode.clash.empty()) return mode;
   mode.unsafe = copied_data(loaded);
-  mode.deep_bind = mode.unsafe.empty();
   return mode;
 }
 
@@ -414,7 +413,7 @@ Result<Plugin> load_plugin(const fs::path& file) {
     // nothing here (": Bad file descriptor"): dlerror() says it all.
     boost::dll::fs::error_code load_error;
     const PluginLoadMode mode = plugin_load_mode(canonical);
-    if (mode.deep_bind) {
+    if (mode.deep_bind()) {
       log(HVD_LOG_DEBUG, canonical.filename().string() +
                              " imports symbols the process defines elsewhere, " + mode.clash +
                              ": loaded with RTLD_DEEPBIND");
@@ -425,7 +424,7 @@ Result<Plugin> load_plugin(const fs::path& file) {
               "would not see the executable's copy of " + mode.unsafe);
     }
     auto flags = boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local;
-    if (mode.deep_bind) flags = flags | boost::dll::load_mode::rtld_deepbind;
+    if (mode.deep_bind()) flags = flags | boost::dll::load_mode::rtld_deepbind;
     library.load(canonical, flags, load_error);
     if (load_error) {
       const char* why = ::dlerror();

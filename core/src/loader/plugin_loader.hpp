@@ -87,9 +87,9 @@ Result<std::vector<std::string>> exported_symbols(const fs::path& file);  // dyn
 // bind to the never-initialized original), or a sanitizer runtime is loaded (it refuses
 // RTLD_DEEPBIND).
 struct PluginLoadMode {
-  bool deep_bind = false;
   std::string clash;   // the first clashing symbol and where it is defined; empty: none
   std::string unsafe;  // the copied data that rules RTLD_DEEPBIND out; empty: none
+  bool deep_bind() const { return !clash.empty() && unsafe.empty(); }
 };
 PluginLoadMode plugin_load_mode(const fs::path& file);
 
