@@ -194,8 +194,14 @@ train() {
     row "hvd-mnist on the GPU" "skipped: $why"
     return 0
   fi
-  local build flags
+  local build
   build=$(mktemp -d)
+  build_and_train "$out" "$build"
+  rm -rf "$build"
+}
+
+build_and_train() {
+  local out=$1 build=$2 flags
   # torch.utils.cpp_extension knows LibTorch's include and library directories and its ABI.
   if ! flags=$(timeout 120 python3 - <<'PY'
 import torch
@@ -209,12 +215,10 @@ print(" ".join(["-I" + p for p in inc] + ["-L" + p + " -Wl,-rpath," + p for p in
 PY
   ); then
     row "hvd-mnist on the GPU" "skipped: torch.utils.cpp_extension gave no build flags"
-    rm -rf "$build"
     return 0
   fi
   local cxx="g++ -std=c++20 -O2 -DHVD_TRAIN_WITH_CUDA -I$root/train/include -I$root/core/include"
-  cxx+=" -I$root/sdk/include"
-  cxx+=" -I$dir/train/include $flags"
+  cxx+=" -I$root/sdk/include -I$dir/train/include $flags"
   local rc=0
   echo "gpu-check: $(date +%T) building hvd-mnist against PyTorch $(python3 -c 'import torch; print(torch.__version__)')" >&3
   local source pids=()
@@ -231,7 +235,6 @@ PY
   fi
   if ((rc != 0)); then
     row "hvd-mnist on the GPU" "FAIL: the build failed (hvd-mnist-build.txt)"
-    rm -rf "$build"
     return 0
   fi
   local job
@@ -247,7 +250,6 @@ PY
     fi
     row "hvd-mnist $1, $2 rank(s), --device $3" "$result"
   done
-  rm -rf "$build"
 }
 
 case "$mode" in

@@ -144,77 +144,58 @@ int main(int argc, char** argv) {
       !ok(cudaMalloc(reinterpret_cast<void**>(&fusion), batch_bytes), "cudaMalloc")) {
     return 1;
   }
-  // Tensor i is the i-th 16 KiB slot of the inputs (and outputs): one span each, as tensors of
-  // their own would be.
   // Inputs of 0x3f bytes (0.74... as float32): halved and doubled they come back bit for bit.
-  if (!ok(cudaMemset(inputs, 0x3f, batch_bytes), "cudaMemset") ||
-      !ok(cudaMemset(outputs, 0, batch_bytes), "cudaMemset")) {
-    return 1;
-  }
-  std::vector<CopySpan> pack, unpack;
-  for (size_t i = 0; i < tensors; ++i) {
-    pack.push_back({fusion + i * bytes, inputs + i * bytes, elements});
-    unpack.push_back({outputs + i * bytes, fusion + i * bytes, elements});
-  }
+  if (!ok(cudaMemset(inputs, 0x3f, batch_bytes), "cudaMemset")) return 1;
   const double copy_s = timed(reps, stream, [&] {
     (void)cudaMemcpyAsync(fusion, inputs, batch_bytes, cudaMemcpyDeviceToDevice, stream);
   });
-  Status packed;
-  const double fused_s = timed(reps, stream, [&] {
-    packed = runtime.copy_scaled(pack.data(), pack.size(), HVD_FLOAT32, 0.5, device, stream);
-    if (packed.ok()) {
-      packed = runtime.copy_scaled(unpack.data(), unpack.size(), HVD_FLOAT32, 2, device, stream);
+  if (copy_s < 0) return 1;
+  // Tensors of `sizes` bytes, one after another from the start of the inputs (and outputs): one
+  // span each, as tensors of their own would be, packed and unpacked (x0.5, x2); seconds, or
+  // negative when a launch or the check failed.
+  const auto pack_and_unpack = [&](const std::vector<size_t>& sizes) -> double {
+    std::vector<CopySpan> pack, unpack;
+    size_t at = 0;
+    for (size_t size : sizes) {
+      pack.push_back({fusion + at, inputs + at, size / sizeof(float)});
+      unpack.push_back({outputs + at, fusion + at, size / sizeof(float)});
+      at += size;
     }
-  });
-  if (!ok(packed, "copy_scaled")) return 1;
-  if (copy_s < 0 || fused_s < 0) return 1;
-  {
-    std::vector<char> in(batch_bytes), out(batch_bytes);
-    if (!ok(cudaMemcpy(in.data(), inputs, batch_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy") ||
-        !ok(cudaMemcpy(out.data(), outputs, batch_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy")) {
-      return 1;
+    if (!ok(cudaMemset(outputs, 0, batch_bytes), "cudaMemset")) return -1;
+    Status packed;
+    const double seconds = timed(reps, stream, [&] {
+      packed = runtime.copy_scaled(pack.data(), pack.size(), HVD_FLOAT32, 0.5, device, stream);
+      if (packed.ok()) {
+        packed = runtime.copy_scaled(unpack.data(), unpack.size(), HVD_FLOAT32, 2, device, stream);
+      }
+    });
+    if (!ok(packed, "copy_scaled") || seconds < 0) return -1;
+    std::vector<char> in(at), out(at);
+    if (!ok(cudaMemcpy(in.data(), inputs, at, cudaMemcpyDeviceToHost), "cudaMemcpy") ||
+        !ok(cudaMemcpy(out.data(), outputs, at, cudaMemcpyDeviceToHost), "cudaMemcpy")) {
+      return -1;
     }
     if (in != out) {
       std::fprintf(stderr,
                    "hvd-gpu-bench: pack + unpack (x0.5, x2) did not give the inputs back\n");
-      return 1;
+      return -1;
     }
-  }
+    return seconds;
+  };
+  const double fused_s = pack_and_unpack(std::vector<size_t>(tensors, bytes));
+  if (fused_s < 0) return 1;
   std::printf("device fusion, 1024 float32 tensors of 16 KiB (16 MiB)\n");
   row("one cudaMemcpyAsync device -> device of the batch", copy_s * 1e6, "us", "");
   row("pack + unpack, copy-and-scale launches (x0.5, x2)", fused_s * 1e6, "us", "");
   row("pack + unpack / one copy", fused_s / copy_s, "x", "goal <= 2");
 
-  // The same 16 MiB as one tensor of 12 MiB and 1023 of 4 KiB: each span's blocks are its own,
-  // so the large one does not multiply the small ones' (copy_blocks.hpp).
-  std::vector<CopySpan> mixed_pack, mixed_unpack;
-  const size_t large = 12u << 20, small = 4u << 10;
-  for (size_t i = 0, at = 0; i < tensors; at += i == 0 ? large : small, ++i) {
-    const uint64_t count = (i == 0 ? large : small) / sizeof(float);
-    mixed_pack.push_back({fusion + at, inputs + at, count});
-    mixed_unpack.push_back({outputs + at, fusion + at, count});
-  }
-  if (!ok(cudaMemset(outputs, 0, batch_bytes), "cudaMemset")) return 1;
-  const double mixed_s = timed(reps, stream, [&] {
-    packed = runtime.copy_scaled(mixed_pack.data(), tensors, HVD_FLOAT32, 0.5, device, stream);
-    if (packed.ok()) {
-      packed = runtime.copy_scaled(mixed_unpack.data(), tensors, HVD_FLOAT32, 2, device, stream);
-    }
-  });
-  if (!ok(packed, "copy_scaled") || mixed_s < 0) return 1;
-  {
-    const size_t covered = large + (tensors - 1) * small;  // 4 KiB short of the 16 MiB
-    std::vector<char> in(covered), out(covered);
-    if (!ok(cudaMemcpy(in.data(), inputs, covered, cudaMemcpyDeviceToHost), "cudaMemcpy") ||
-        !ok(cudaMemcpy(out.data(), outputs, covered, cudaMemcpyDeviceToHost), "cudaMemcpy")) {
-      return 1;
-    }
-    if (in != out) {
-      std::fprintf(stderr, "hvd-gpu-bench: the mixed batch did not come back\n");
-      return 1;
-    }
-  }
-  std::printf("device fusion, one float32 tensor of 12 MiB and 1023 of 4 KiB (about 16 MiB)\n");
+  // Nearly the same bytes as one tensor of 12 MiB and 1023 of 4 KiB: each span's blocks are its
+  // own, so the large one does not multiply the small ones' (copy_blocks.hpp).
+  std::vector<size_t> mixed(tensors, 4u << 10);
+  mixed[0] = 12u << 20;
+  const double mixed_s = pack_and_unpack(mixed);
+  if (mixed_s < 0) return 1;
+  std::printf("device fusion, one float32 tensor of 12 MiB and 1023 of 4 KiB (16 MiB - 4 KiB)\n");
   row("pack + unpack, copy-and-scale launches (x0.5, x2)", mixed_s * 1e6, "us", "");
   row("pack + unpack / one copy of 16 MiB (above)", mixed_s / copy_s, "x", "");
 
