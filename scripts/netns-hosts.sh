@@ -81,15 +81,24 @@ netns_hosts_up() {
     done
     echo '  *) echo "agent: unknown host $host" >&2; exit 1 ;;'
     echo 'esac'
-    echo 'exec ip netns exec "$ns" sh -c "$*"'
+    # A host of its own name too (a UTS namespace): Open MPI names its shared-memory segments
+    # after the host name and local rank, so two "hosts" of one name would share them and crash.
+    echo 'exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns && $*"'
   } >"$NETNS_WORK/agent"
   chmod +x "$NETNS_WORK/agent"
   # rtc_hwloc_vmhole=none: several Open MPI daemons on one machine otherwise race to map the
   # shared hwloc topology at the same address, and one occasionally crashes in
   # hwloc_shmem_topology_write (Open MPI 4.1.4).
   NETNS_MPI_ARGS="--mca plm_rsh_agent $NETNS_WORK/agent --mca oob_tcp_if_include \
-$NETNS_SUBNET.0/24 --mca btl_tcp_if_include $NETNS_SUBNET.0/24 --mca btl tcp,self --map-by node \
+$NETNS_SUBNET.0/24 --mca btl_tcp_if_include $NETNS_SUBNET.0/24 --mca btl tcp,vader,self --map-by node \
 --mca rtc_hwloc_vmhole none"
+  # Every "host" has 2 slots but all of them share this machine's cores. Where those are fewer
+  # than the slots, Open MPI would yield a waiting rank's CPU if it knew (it does so by itself
+  # when it sees more ranks than slots); told nothing, its ranks spin in every wait and starve
+  # the others and the kernel's TCP work.
+  if [ "$(nproc)" -lt $((2 * count)) ]; then
+    NETNS_MPI_ARGS="$NETNS_MPI_ARGS --mca mpi_yield_when_idle 1"
+  fi
   # Sanitizer settings (scripts/test.sh) must reach ranks on the other "hosts" too.
   local v
   for v in ASAN_OPTIONS LSAN_OPTIONS TSAN_OPTIONS OMPI_MCA_mca_base_component_disable_dlclose; do
