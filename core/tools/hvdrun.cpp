@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -299,6 +300,9 @@ Result<std::string> rendezvous_host(const Options& opt, bool on_this_host) {
   return address;
 }
 
+// Open MPI 4.1's default flags of its TCP transport, less "put".
+constexpr const char* kTcpFlagsWithoutPut = "send,inplace,need-ack,need-csum,hetero-rdma";
+
 // Hand the launch to mpirun: it starts the ranks (Open MPI's variables tell each its rank) and
 // stops the job when one fails. hvd's variables travel by name (-x), so the secret is never on
 // a command line.
@@ -319,6 +323,15 @@ int launch_with_mpirun(const Options& opt, const std::vector<std::string>& job_e
   // As horovodrun: a rank bound to one core would starve the threads hvd and its backends run
   // beside it (Gloo's event loop, hvd's background thread). --mpi-args may bind again.
   argv.insert(argv.end(), {"--bind-to", "none", "--tag-output"});
+  // Open MPI 4.1's TCP transport moves a large message by an emulated put unless told otherwise,
+  // and that stalls when several ranks of a host send across hosts at once (the cross-host phase
+  // of hierarchical allreduce took 1.0 s where the link allows 0.54 s; docs/performance.md). Its
+  // send protocol keeps the link busy. A job that sets the flags itself keeps its own: Open MPI
+  // would join two values given on the command line into one list.
+  if (opt.mpi_args.find("btl_tcp_flags") == std::string::npos &&
+      std::getenv("OMPI_MCA_btl_tcp_flags") == nullptr) {
+    argv.insert(argv.end(), {"--mca", "btl_tcp_flags", kTcpFlagsWithoutPut});
+  }
   for (const std::string& arg : split(opt.mpi_args, ' ')) argv.push_back(arg);
   for (const std::string& entry : job_env) {
     const std::string name = entry.substr(0, entry.find('='));

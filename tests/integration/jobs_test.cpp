@@ -245,6 +245,21 @@ TEST(Mpirun, HvdrunLaunchesThroughItForTheMpiBackendAndForHosts) {
   EXPECT_TRUE(has(r.output, "rank 1: allreduce = 3")) << r.output;
 }
 
+// What each rank's Open MPI reads: mpirun hands its --mca values to the ranks as OMPI_MCA_*.
+TEST(Mpirun, HvdrunLeavesPutOutOfTheTcpTransportUnlessTheJobSetsItsFlags) {
+  REQUIRE_MPI();
+  const std::string print = " -- sh -c 'echo \"flags=[$OMPI_MCA_btl_tcp_flags]\"'";
+  Job r = run(kHvdrun + " -np 1 --mpi" + print);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "flags=[send,inplace,need-ack,need-csum,hetero-rdma]")) << r.output;
+  r = run(kHvdrun + " -np 1 --mpi --mpi-args '--mca btl_tcp_flags send,put'" + print);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "flags=[send,put]")) << r.output;
+  r = run("OMPI_MCA_btl_tcp_flags=send,put " + kHvdrun + " -np 1 --mpi" + print);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "flags=[send,put]")) << r.output;
+}
+
 TEST(Mpirun, HvdrunSaysWhenItIsMissing) {
   Job r = run(kHvdrun + " -np 2 -H hostA:1,hostB:1 --mpirun /nonexistent/mpirun " + kProbe);
   EXPECT_EQ(r.exit_code, 127) << r.output;
