@@ -98,7 +98,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
     return error(HVD_ERR_INVALID_ARGUMENT,
                  "HVD_HIERARCHICAL_ALLREDUCE='" + hierarchical + "' is not 0 or 1");
   }
-  uint64_t chunk_bytes = 4ull << 20;
+  uint64_t chunk_bytes = 2ull << 20;
   if (const auto chunk = knob(env, "HIERARCHICAL_CHUNK_BYTES")) {
     char* end = nullptr;
     chunk_bytes = std::strtoull(chunk->c_str(), &end, 10);
