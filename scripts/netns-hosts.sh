@@ -29,6 +29,8 @@ netns_hosts_up() {
   local count=$1 rate=${2:-} names=(a b c d e f g h) i h ns
   [ "$(id -u)" -eq 0 ] || { echo "network namespaces need root" >&2; return 77; }
   command -v ip >/dev/null || { echo "iproute2 (ip) is not installed" >&2; return 77; }
+  command -v unshare >/dev/null && command -v hostname >/dev/null ||
+    { echo "unshare (util-linux) or hostname is not installed" >&2; return 77; }
   if [ -n "$rate" ] && ! command -v tc >/dev/null; then
     echo "tc (iproute2) is not installed" >&2
     return 77
@@ -83,7 +85,8 @@ netns_hosts_up() {
     echo 'esac'
     # A host of its own name too (a UTS namespace): Open MPI names its shared-memory segments
     # after the host name and local rank, so two "hosts" of one name would share them and crash.
-    echo 'exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns && $*"'
+    # mpirun's command may be a list ("PATH=...; export PATH; ...; orted ..."): stop it whole.
+    echo 'exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns || exit 1; $*"'
   } >"$NETNS_WORK/agent"
   chmod +x "$NETNS_WORK/agent"
   # rtc_hwloc_vmhole=none: several Open MPI daemons on one machine otherwise race to map the
