@@ -21,7 +21,6 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -329,7 +328,7 @@ int launch_with_mpirun(const Options& opt, const std::vector<std::string>& job_e
   // send protocol keeps the link busy. A job that sets the flags itself keeps its own: Open MPI
   // would join two values given on the command line into one list.
   if (opt.mpi_args.find("btl_tcp_flags") == std::string::npos &&
-      std::getenv("OMPI_MCA_btl_tcp_flags") == nullptr) {
+      !process_env()("OMPI_MCA_btl_tcp_flags")) {
     argv.insert(argv.end(), {"--mca", "btl_tcp_flags", kTcpFlagsWithoutPut});
   }
   for (const std::string& arg : split(opt.mpi_args, ' ')) argv.push_back(arg);
