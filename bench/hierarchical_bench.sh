@@ -11,6 +11,7 @@
 #   bench/hierarchical_bench.sh [options] [-- hvd-bench arguments]
 #   bench/hierarchical_bench.sh --backend gloo,mpi --runs 3
 #   bench/hierarchical_bench.sh --backend gloo --chunk default,1M,16M -- -b 16M -e 64M -f 4
+#   bench/hierarchical_bench.sh --phases --backend mpi [-- --bytes N --iters K]
 #
 #   --bin DIR        where hvdrun and hvd-bench are (default build/bin)
 #   --backend LIST   gloo, mpi or gloo,mpi (default gloo,mpi)
@@ -27,6 +28,9 @@
 #   --mpi-args 'A'   more mpirun arguments
 #   --out DIR        keep every run's JSON and text there (default: a temporary directory)
 #   --report DIR     print the tables of the runs kept in DIR, run nothing
+#   --phases         on the same hosts, run hvd-hierarchical-phases once per backend instead (the
+#                    phases timed one by one; the arguments after -- are its own); --env
+#                    HVD_HIERARCHICAL_ALLREDUCE=1 makes its world allreduce hierarchical
 #
 # hvd-bench arguments default to -b 64M -e 64M -n 5 -w 1; the script adds -C allreduce -d float
 # -c 1 (every row checked on exact integer data, hvd's result and the direct one) and --baseline
@@ -34,7 +38,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/build/bin backends=gloo,mpi runs=3 rate=1gbit chunks=default map_by=slot out=""
-extra_env="" tbf="" more_mpi_args="" report=""
+extra_env="" tbf="" more_mpi_args="" report="" phases=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin=$2; shift 2 ;;
@@ -48,6 +52,7 @@ while [ $# -gt 0 ]; do
     --mpi-args) more_mpi_args=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --report) report=$2; shift 2 ;;
+    --phases) phases=1; shift ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "hierarchical_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -112,10 +117,15 @@ if [ -n "$report" ]; then
 fi
 
 args=("$@")
-[ ${#args[@]} -gt 0 ] || args=(-b 64M -e 64M -n 5 -w 1)
-args+=(-C allreduce -d float -c 1 --baseline)
-if [ ! -x "$bin/hvdrun" ] || [ ! -x "$bin/hvd-bench" ]; then
-  echo "no hvdrun or hvd-bench in $bin (--bin)" >&2
+if [ "$phases" = 1 ]; then
+  program=hvd-hierarchical-phases
+else
+  program=hvd-bench
+  [ ${#args[@]} -gt 0 ] || args=(-b 64M -e 64M -n 5 -w 1)
+  args+=(-C allreduce -d float -c 1 --baseline)
+fi
+if [ ! -x "$bin/hvdrun" ] || [ ! -x "$bin/$program" ]; then
+  echo "no hvdrun or $program in $bin (--bin)" >&2
   exit 1
 fi
 case $map_by in slot|node) ;; *) echo "--map-by: slot or node" >&2; exit 2 ;; esac
@@ -172,7 +182,17 @@ a=$(netns_host a)
 echo "# 2 hosts (network namespaces) x 2 ranks on $NETNS_SUBNET.0/24, map-by $map_by"
 [ -z "$rate" ] || echo "# each host's link: $(ip netns exec "$a" tc qdisc show dev "v$a")"
 echo "# $(nproc) cores; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# hvd-bench ${args[*]}"
+echo "# $program ${args[*]}"
+if [ "$phases" = 1 ]; then
+  for backend in ${backends//,/ }; do
+    x=""
+    for e in $extra_env; do x="$x -x $e"; done
+    echo "# $backend (load $(cut -d' ' -f1 /proc/loadavg))"
+    ip netns exec "$a" "$bin/hvdrun" -np 4 --hostfile "$NETNS_HOSTFILE" --backend "$backend" \
+      --mpi-args "$mpi_args $x" -- "$bin/$program" "${args[@]}" 2>&1 | sed 's/^\[1,0\]<stdout>://'
+  done
+  exit
+fi
 for c in "${configs[@]}"; do echo "# $c: ${env_of[$c]}"; done
 [ -z "$extra_env" ] || echo "# every run: $extra_env"
 for backend in ${backends//,/ }; do

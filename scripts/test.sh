@@ -45,7 +45,8 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   # tests that run it need full stacks and components kept loaded to attribute what they find.
   mpi_tests='^conformance\.mpi\.|^integration\.Mpirun\.|^netns\.|^bench\.hvd_bench|^scheduler\.mpi|^faults\.mpi\.'
   # Run in the normal build only: the three rate-capped namespace hosts (over 3 minutes under
-  # ASan, on the code paths conformance.*.np3 already runs here) and the fault suite at 3 ranks
+  # ASan, on the code paths conformance.*.np3 already runs here), the hierarchical phases across
+  # two namespace hosts (the collectives conformance runs here) and the fault suite at 3 ranks
   # (the same paths as at 2).
   # Hierarchical conformance runs its floating allreduces on gloo only (below): the rest is what
   # np4 runs, and the mpi run differs only in the backend's calls.
@@ -53,7 +54,7 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   # and 3 ranks run (4 ranks take the same power-of-two paths as 2), and under ASan they cost 5
   # minutes. ofi over tcp;ofi_rxm at 3 ranks: the same plugin code as over shm (only libfabric's
   # provider, which is not instrumented, differs), 72 s more.
-  asan_skip='^netns\.three_hosts$|^faults\..*\.np3$|^conformance\..*\.hierarchical\.|^conformance\.(gloo|mpi|ofi|ofi-tcp)\.np4$|^conformance\.mpi\.np1$|^conformance\.ofi-tcp\.np3$'
+  asan_skip='^netns\.three_hosts$|^netns\.hierarchical_phases$|^faults\..*\.np3$|^conformance\..*\.hierarchical\.|^conformance\.(gloo|mpi|ofi|ofi-tcp)\.np4$|^conformance\.mpi\.np1$|^conformance\.ofi-tcp\.np3$'
   asan_env=(LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp"
             OMPI_MCA_mca_base_component_disable_dlclose=1)
   (cd build-asan && env "${asan_env[@]}" ASAN_OPTIONS=detect_leaks=1 \
