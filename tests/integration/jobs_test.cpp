@@ -544,7 +544,18 @@ TEST(Nccl, WithoutAGpuHvdInfoAndInitSayWhy) {
   if (!has(info.output, "(no usable GPU: ")) {
     GTEST_SKIP() << "a GPU is usable here: scripts/gpu-check.sh runs the nccl backend";
   }
-  Job r = run("env -u HVD_PLUGIN_PATH " + kHvdrun + " -np 2 --backend nccl " + kHello + " 2>&1");
+  // hvdrun stops the other ranks when the first one fails: each rank exits only once both have
+  // failed and said why, so that neither is stopped before it prints.
+  char dir[] = "/tmp/hvd-nccl-init.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string rank_script =
+      "\"$0\"; rc=$?; touch \"$1/$HVD_RANK\"; "
+      "until [ -e \"$1/0\" ] && [ -e \"$1/1\" ]; do sleep 0.05; done; exit $rc";
+  Job r = run("env -u HVD_PLUGIN_PATH " + kHvdrun + " -np 2 --backend nccl -- sh -c '" +
+              rank_script + "' " + kHello + " " + dir + " 2>&1");
+  (void)::remove((std::string(dir) + "/0").c_str());
+  (void)::remove((std::string(dir) + "/1").c_str());
+  (void)::rmdir(dir);
   EXPECT_NE(r.exit_code, 0) << r.output;
   for (const std::string rank : {"[0]", "[1]"}) {
     EXPECT_TRUE(has(r.output, rank + "<stderr>:hvd init failed: unsupported: init on backend "
