@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -211,11 +212,18 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   mutable std::mutex call_mutex_;
   bool in_call_ = false;
   bool call_abortable_ = false;  // init cannot be: the watchdog only reports it
-  std::string call_what_;
+  const char* call_what_ = "";   // a string literal, as every call's name is
   Clock::time_point call_deadline_;
   bool overran_ = false;
-  std::optional<Clock::time_point> entry_deadline_;
-  const char* serving_ = "";
+  // The end of the blocking hvd_* call served (bound_calls_until; kNoEntryDeadline: none) and its
+  // name: set by the calling thread without the lock (a call's cost is counted in nanoseconds),
+  // read by that thread and, for a message, by the watchdog.
+  static constexpr Clock::rep kNoEntryDeadline = std::numeric_limits<Clock::rep>::max();
+  std::atomic<Clock::rep> entry_deadline_{kNoEntryDeadline};
+  std::atomic<const char*> serving_{""};
+  std::optional<Clock::time_point> entry_deadline() const;
+  // When a backend call starting now must end: HVD_TIMEOUT + kMargin, or the served call's end.
+  Clock::time_point backend_call_deadline() const;
   std::atomic<bool> broken_{false};
   Status broken_status_;
   bool watched_ = false;
