@@ -289,8 +289,9 @@ Result<size_t> size_from_env(const char* name, size_t fallback, size_t minimum) 
 
 }  // namespace
 
-Result<Tuning> Tuning::from_environment() {
+Result<Tuning> Tuning::from_environment(const std::string& provider) {
   Tuning t;
+  if (provider != "shm") t.segment_bytes = kNetworkSegmentBytes;
   HVD_ASSIGN_OR_RETURN(t.ring_allreduce_bytes,
                        size_from_env("HVD_OFI_RING_ALLREDUCE_BYTES", t.ring_allreduce_bytes, 0));
   HVD_ASSIGN_OR_RETURN(t.scatter_broadcast_bytes, size_from_env("HVD_OFI_SCATTER_BROADCAST_BYTES",
@@ -322,7 +323,7 @@ Status Collectives::allreduce(const hvd_collective_args& args) {
                                                   hvd_dtype_size(args.dtype), ep_.size()));
     s = RingPass(ep_, tuning_, Kind::kAllreduce, args, blocks, space).run();
   }
-  return ep_.end(s);
+  return ep_.end(std::move(s));
 }
 
 // Ranks past the largest power of two p fold into a partner first (rank 2i into 2i+1, for the
@@ -417,7 +418,7 @@ Status Collectives::reduce_scatter(const hvd_collective_args& args) {
     char* space = scratch(RingPass::scratch_bytes(tuning_, Kind::kReduceScatter, blocks, esize, n));
     s = RingPass(ep_, tuning_, Kind::kReduceScatter, args, blocks, space).run();
   }
-  return ep_.end(s);
+  return ep_.end(std::move(s));
 }
 
 Status Collectives::allgather(const hvd_collective_args& args) {
@@ -432,7 +433,7 @@ Status Collectives::allgather(const hvd_collective_args& args) {
   if (args.sendbuf != mine && args.count > 0) std::memcpy(mine, args.sendbuf, args.count * esize);
   Status s;
   if (n > 1) s = RingPass(ep_, tuning_, RingPass::Kind::kAllgather, args, blocks, nullptr).run();
-  return ep_.end(s);
+  return ep_.end(std::move(s));
 }
 
 // ---- broadcast
@@ -451,7 +452,7 @@ Status Collectives::broadcast(const hvd_collective_args& args) {
   } else if (ep_.size() > 1 && bytes > 0) {
     s = broadcast_tree(args);
   }
-  return ep_.end(s);
+  return ep_.end(std::move(s));
 }
 
 // Rank v (relative to the root) receives from v minus its lowest set bit, then sends to v + 2^i
@@ -521,7 +522,7 @@ Status Collectives::barrier() {
     s = ep_.send(mod(r + distance, n), round, nullptr, 0).status();
     if (s.ok()) s = ep_.wait_all();
   }
-  return ep_.end(s);
+  return ep_.end(std::move(s));
 }
 
 Status Collectives::alltoall(const hvd_collective_args& args) {

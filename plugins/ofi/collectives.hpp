@@ -17,6 +17,7 @@
 #define HVD_OFI_COLLECTIVES_HPP
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "endpoint.hpp"
@@ -27,13 +28,20 @@ namespace hvd::ofi {
 // The algorithms' knobs, from the environment (docs/performance.md gives the measurements
 // behind the defaults).
 struct Tuning {
+  // Over a network, ofi_rxm fetches each message above its eager size with a rendezvous of its
+  // own: fewer, larger segments pay fewer of them (3 namespace hosts: 1.4-1.6x the busbw of
+  // 256 KiB segments; 8 MiB gave less than 4).
+  static constexpr size_t kNetworkSegmentBytes = size_t{4} << 20;
+
   size_t ring_allreduce_bytes = 64 << 10;    // HVD_OFI_RING_ALLREDUCE_BYTES
   size_t scatter_broadcast_bytes = 1 << 20;  // HVD_OFI_SCATTER_BROADCAST_BYTES
-  size_t segment_bytes = 256 << 10;          // HVD_OFI_SEGMENT_BYTES: the ring's messages
+  size_t segment_bytes = 256 << 10;          // HVD_OFI_SEGMENT_BYTES: the ring's messages (shm)
   size_t segments_in_flight = 4;             // HVD_OFI_SEGMENTS_IN_FLIGHT: reduce-scatter buffers
   size_t sends_in_flight = 64;
 
-  static Result<Tuning> from_environment();
+  // The defaults for `provider` (the name HVD_OFI_PROVIDER gives, "shm" on one host), then the
+  // environment's knobs.
+  static Result<Tuning> from_environment(const std::string& provider);
 };
 
 class Collectives {

@@ -32,11 +32,13 @@ std::string provider_for(const hvd::sdk::InitContext& ctx) {
 class OfiBackend {
  public:
   static Result<std::unique_ptr<OfiBackend>> create(const hvd::sdk::InitContext& ctx) {
-    HVD_ASSIGN_OR_RETURN(const Tuning tuning, Tuning::from_environment());
-    HVD_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep, Endpoint::open(ctx, provider_for(ctx)));
+    const std::string provider = provider_for(ctx);
+    HVD_ASSIGN_OR_RETURN(const Tuning tuning, Tuning::from_environment(provider));
+    HVD_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep, Endpoint::open(ctx, provider));
     if (ctx.rank == 0) {
       ctx.host.log(HVD_LOG_INFO, "ofi: provider " + ep->description() + ", " +
-                                     std::to_string(ctx.size) + " ranks");
+                                     std::to_string(ctx.size) + " ranks, ring segments of " +
+                                     std::to_string(tuning.segment_bytes) + " B");
     }
     return std::unique_ptr<OfiBackend>(new OfiBackend(std::move(ep), tuning));
   }
