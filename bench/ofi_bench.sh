@@ -7,7 +7,9 @@
 #   1. 2 ranks on shm, 64 MiB float32 allreduce: ofi's busbw over hvd's mpi backend's (the
 #      --compare column), over MPI_Allreduce called directly, and over the memcpy bandwidth that
 #      hvd-bench measured in the same job; out of place and in place.
-#   2. 2 ranks, 8 B allreduce, OSU-style: ofi's p50 over MPI_Allreduce's p50 (lower is better).
+#   2. 2 ranks, 8 B allreduce, OSU-style: ofi's p50 over MPI_Allreduce's p50 (lower is better);
+#      each rank bound to a core (--bind-to core, as mpirun binds 2 ranks by default), 100000
+#      calls: unbound, the kernel sometimes puts both ranks on one vCPU for a while.
 #   3. 3 network-namespace hosts on tcp;ofi_rxm, links not capped, 1-64 MiB: ofi's busbw over
 #      Gloo's (the smallest ratio over the sizes). Needs root; --no-hosts leaves it out.
 # Each job's JSON is kept in --out (default: a temporary directory, printed).
@@ -45,8 +47,8 @@ for i in $(seq 1 "$runs"); do
          | "vs_mpi_backend_oop \(.compare.ratio_out_of_place)\nvs_mpi_backend_ip \(.compare.ratio_in_place)\nvs_MPI_Allreduce_oop \(.out_of_place.bus_bw / $mpi.direct.out_of_place.bus_bw)\nvs_MPI_Allreduce_ip \(.in_place.bus_bw / $mpi.direct.in_place.bus_bw)\nvs_memcpy_oop \(.out_of_place.bus_bw / $m)\nvs_memcpy_ip \(.in_place.bus_bw / $m)"' \
     "$out/shm64M-$i.json" >> "$ratios"
 
-  "$bin/hvdrun" --mpi -np 2 "$bin/hvd-bench" --backend ofi,mpi --baseline --latency \
-    -b 8 -e 8 -J "$out/lat8-$i.json" > "$out/lat8-$i.txt"
+  "$bin/hvdrun" --mpi -np 2 --mpi-args "--bind-to core" "$bin/hvd-bench" --backend ofi,mpi \
+    --baseline --latency -b 8 -e 8 -n 100000 -w 1000 -J "$out/lat8-$i.json" > "$out/lat8-$i.txt"
   jq -r '([.results[] | select(.backend == "mpi")][0].direct.latency_us.p50) as $d
          | .results[] | select(.backend == "ofi") | "p50_over_MPI_Allreduce \(.latency_us.p50 / $d)"' \
     "$out/lat8-$i.json" >> "$ratios"
