@@ -418,6 +418,36 @@ TEST_F(Faults, APluginThatIgnoresItsTimeoutIsStoppedByTheWatchdog) {
   EXPECT_LT(seconds_since(finalizing), 1);
 }
 
+// The scheduler's own backend calls serve no blocking hvd_* call: the watchdog's stamp of the call
+// at its first look is all that bounds them.
+TEST_F(Faults, APluginThatIgnoresItsTimeoutOnTheSchedulersThreadIsStoppedByTheWatchdog) {
+  if (!has_fault_knobs()) GTEST_SKIP() << "backend " << backend() << " has no fault knobs";
+  set_env("HVD_TEST_HANG", "allreduce");  // the scheduler's negotiation, then its batch
+  set_env("HVD_TEST_HANG_RANK", "0");
+  hvd_comm* comm = open();
+  int32_t x = 1;
+  const int64_t shape[1] = {1};
+  hvd_request* request = nullptr;
+  const auto start = Clock::now();
+  ASSERT_EQ(hvd_allreduce_async(comm, "hung", &x, &x, HVD_INT32, 1, shape, HVD_SUM, 0, 0, nullptr,
+                                &request),
+            HVD_SUCCESS)
+      << hvd_last_error();
+  EXPECT_NE(hvd_request_wait(request, 30), HVD_SUCCESS);
+  const double took = measured("error", seconds_since(start));
+  const std::string message = hvd_last_error();
+  hvd_request_free(request);
+  EXPECT_LT(took, kBound) << message;
+  if (rank() == 0) {
+    EXPECT_NE(message.find("allreduce on backend '" + backend() +
+                           "' did not return within HVD_TIMEOUT (2 s) + 1 s"),
+              std::string::npos)
+        << message;
+    EXPECT_GE(took, kTimeout + 1) << message;
+  }
+  (void)hvd_finalize(comm);
+}
+
 TEST_F(Faults, AFinalizeThatHangsIsWalkedAwayFrom) {
   if (!has_fault_knobs()) GTEST_SKIP() << "backend " << backend() << " has no fault knobs";
   set_env("HVD_TEST_HANG", "finalize");

@@ -528,13 +528,12 @@ hvd::Result<std::vector<uint64_t>> alltoall_counts(CommState& c, const hvd_colle
   return matrix;
 }
 
-// Until it goes, no backend call of the blocking hvd_* call it serves runs past that call's limit.
+// Until it goes, no backend call of the blocking hvd_* call `api` runs past that call's limit
+// (HVD_TIMEOUT + 1 s from the watchdog's first look at it, within 50 ms of its start).
 class Bounded {
  public:
-  Bounded(Communicator& comm, Clock::time_point deadline, const char* api) : comm_(comm) {
-    comm_.bound_calls_until(deadline, api);
-  }
-  ~Bounded() { comm_.bound_calls_until(std::nullopt, ""); }
+  Bounded(Communicator& comm, const char* api) : comm_(comm) { comm_.begin_serving(api); }
+  ~Bounded() { comm_.end_serving(); }
   Bounded(const Bounded&) = delete;
   Bounded& operator=(const Bounded&) = delete;
 
@@ -547,13 +546,12 @@ class Bounded {
 template <typename Check, typename Direct>
 hvd::Status collective(const hvd_comm* comm, const char* api, OpType type,
                        const hvd_collective_args& args, Check&& check, Direct&& direct) {
-  const Clock::time_point entry = Clock::now();
   HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
   HVD_RETURN_IF_ERROR(usable(*c));
   if (c->scheduled.load(std::memory_order_acquire)) {
-    return through_scheduler(*c, api, type, args, entry);
+    return through_scheduler(*c, api, type, args, Clock::now());
   }
-  const Bounded bounded(*c->impl, entry + c->limit(), api);
+  const Bounded bounded(*c->impl, api);
   if (c->check_args) {
     const hvd::Status mine = check(*c->impl);
     HVD_RETURN_IF_ERROR(check_args(*c, static_cast<int32_t>(type), args, mine));
@@ -671,7 +669,7 @@ hvd::Status split_comm(const hvd_comm* comm, const Communicator::SplitRecord& mi
         }));
     child = std::move(*made);
   } else {
-    const Bounded bounded(*c->impl, entry + c->limit(), api);
+    const Bounded bounded(*c->impl, api);
     HVD_ASSIGN_OR_RETURN(child, make_child(*c, mine, mine_valid, api));
   }
   if (!child) return hvd::Status::success();
@@ -845,15 +843,14 @@ hvd_status hvd_broadcast(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
 
 hvd_status hvd_barrier(hvd_comm* comm) {
   return guarded([&]() -> hvd::Status {
-    const Clock::time_point entry = Clock::now();
     HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
     HVD_RETURN_IF_ERROR(usable(*c));
     if (c->scheduled.load(std::memory_order_acquire)) {
       uint64_t token = 0;  // a one-element allreduce, in the scheduler's order
       return through_scheduler(*c, "hvd_barrier", OpType::kAllreduce,
-                               barrier_args(c->impl->plugin(), &token), entry);
+                               barrier_args(c->impl->plugin(), &token), Clock::now());
     }
-    const Bounded bounded(*c->impl, entry + c->limit(), "hvd_barrier");
+    const Bounded bounded(*c->impl, "hvd_barrier");
     if (c->check_args) {
       HVD_RETURN_IF_ERROR(check_args(*c, kBarrier,
                                      hvd::core::host_args(nullptr, nullptr, 0, HVD_UINT8),
@@ -901,7 +898,7 @@ hvd_status hvd_alltoall(hvd_comm* comm, const void* sendbuf, const uint64_t* sen
       HVD_RETURN_IF_ERROR(
           through_scheduler(*c, "hvd_alltoall", OpType::kAlltoall, args, entry, received.data()));
     } else {
-      const Bounded bounded(*c->impl, entry + c->limit(), "hvd_alltoall");
+      const Bounded bounded(*c->impl, "hvd_alltoall");
       const hvd::Status mine = c->impl->check_alltoall_send(args);
       if (c->check_args) {
         HVD_RETURN_IF_ERROR(

@@ -552,8 +552,8 @@ Status Communicator::hierarchical_allreduce(const hvd_collective_args& a) {
     p.count = length(k) / L;
     return caught("allgather within the host", [&] { return local_->allgather(p); });
   };
-  local_->bound_calls_until(entry_deadline(), serving_.load(std::memory_order_relaxed));
-  cross_->bound_calls_until(entry_deadline(), serving_.load(std::memory_order_relaxed));
+  local_->begin_serving(serving_.load(std::memory_order_relaxed));
+  cross_->begin_serving(serving_.load(std::memory_order_relaxed));
   Status status = Status::success();
   if (chunks <= 1) {
     for (uint64_t k = 0; k < chunks && status.ok(); ++k) {
@@ -622,8 +622,8 @@ Status Communicator::hierarchical_allreduce(const hvd_collective_args& a) {
     if (ok) (void)gather(chunks - 1);
     across.join();
   }
-  local_->bound_calls_until(std::nullopt, "");
-  cross_->bound_calls_until(std::nullopt, "");
+  local_->end_serving();
+  cross_->end_serving();
   if (status.ok() && tail > 0) {
     hvd_collective_args p = a;
     p.sendbuf = send + body * element;
@@ -643,13 +643,12 @@ Status Communicator::call_split(const hvd_backend_init_args* args, hvd_backend_c
     if (broken_.load(std::memory_order_relaxed)) return broken_status_;
     if (closing_) return finalized_already("split");
     if (in_call_) return another_call("split");
-    const Clock::time_point deadline = backend_call_deadline();
     in_call_ = true;
     // A plugin without abort could only be walked away from, its child left half made: it
     // splits on this thread like init, and the watchdog reports an overrun.
     call_abortable_ = abortable;
     call_what_ = "split";
-    call_deadline_ = deadline;
+    call_deadline_ = kUnstamped;
     overran_ = false;
   }
   begin_backend_call();
@@ -767,26 +766,20 @@ Status Communicator::another_call(const char* what) const {
                                   "thread at a time: hvd.h)");
 }
 
-void Communicator::bound_calls_until(std::optional<Clock::time_point> deadline,
-                                     const char* serving) {
-  entry_deadline_.store(deadline ? deadline->time_since_epoch().count() : kNoEntryDeadline,
-                        std::memory_order_relaxed);
-  serving_.store(serving, std::memory_order_relaxed);
+void Communicator::begin_serving(const char* api) {
+  serving_.store(api, std::memory_order_relaxed);
+  serving_deadline_.store(kUnstamped.time_since_epoch().count(), std::memory_order_relaxed);
 }
 
-std::optional<Communicator::Clock::time_point> Communicator::entry_deadline() const {
-  const Clock::rep deadline = entry_deadline_.load(std::memory_order_relaxed);
-  if (deadline == kNoEntryDeadline) return std::nullopt;
-  return Clock::time_point(Clock::duration(deadline));
+void Communicator::end_serving() {
+  serving_deadline_.store(kNotServing, std::memory_order_relaxed);
 }
 
-Communicator::Clock::time_point Communicator::backend_call_deadline() const {
-  // The end of the blocking hvd_* call served came from the same timeout, read at that call's
-  // start: never later than a reading now would give, and one reading fewer per call (a reading
-  // is a fifth of the host's cost of a small allreduce).
-  const Clock::rep entry_deadline = entry_deadline_.load(std::memory_order_relaxed);
-  if (entry_deadline != kNoEntryDeadline) return Clock::time_point(Clock::duration(entry_deadline));
-  return Clock::now() + timeout_ + kMargin;
+Communicator::Clock::time_point Communicator::deadline_from_now() const {
+  const Clock::time_point deadline = Clock::now() + timeout_ + kMargin;
+  const Clock::rep serving = serving_deadline_.load(std::memory_order_relaxed);
+  if (serving == kNotServing || serving == kUnstamped.time_since_epoch().count()) return deadline;
+  return std::min(deadline, Clock::time_point(Clock::duration(serving)));
 }
 
 namespace {
@@ -832,8 +825,9 @@ Status Communicator::timed_out_locked(const std::string& what) const {
   const std::string consequence =
       what == "finalize" ? "its communicator is left unreleased" : "the communicator was aborted";
   const std::string serving =
-      entry_deadline() ? std::string(" (serving ") + serving_.load(std::memory_order_relaxed) + ")"
-                       : "";
+      serving_deadline_.load(std::memory_order_relaxed) != kNotServing
+          ? std::string(" (serving ") + serving_.load(std::memory_order_relaxed) + ")"
+          : "";
   return error(HVD_ERR_TIMEOUT, what + " on backend '" + plugin_.name + "'" + serving +
                                     " did not return within HVD_TIMEOUT (" +
                                     seconds_text(timeout_) + ") + " + seconds_text(kMargin) + ": " +
@@ -842,7 +836,20 @@ Status Communicator::timed_out_locked(const std::string& what) const {
 
 void Communicator::check(Clock::time_point now) {
   std::unique_lock<std::mutex> lock(call_mutex_);
-  if (!in_call_ || overran_ || now < call_deadline_) return;
+  // Stamp what started since the last look. The calling thread may end serving meanwhile: then
+  // the exchange fails, and nothing is stamped.
+  const Clock::rep limit_from_now = (now + timeout_ + kMargin).time_since_epoch().count();
+  Clock::rep serving = kUnstamped.time_since_epoch().count();
+  if (serving_deadline_.compare_exchange_strong(serving, limit_from_now,
+                                                std::memory_order_relaxed)) {
+    serving = limit_from_now;
+  }
+  if (!in_call_ || overran_) return;
+  if (call_deadline_ == kUnstamped)
+    call_deadline_ = Clock::time_point(Clock::duration(limit_from_now));
+  const bool served_call_ended =
+      serving != kNotServing && now >= Clock::time_point(Clock::duration(serving));
+  if (now < call_deadline_ && !served_call_ended) return;
   overran_ = true;
   if (!call_abortable_) {
     const std::string what = call_what_;
@@ -869,8 +876,7 @@ Status Communicator::broken_by(const char* what, hvd_status code, const std::str
 
 Status Communicator::call(Entry entry, const char* what, const hvd_collective_args* args) {
   if (broken_.load(std::memory_order_acquire)) return health();
-  const Clock::time_point deadline = backend_call_deadline();
-  if (plugin_.abort == nullptr) return call_on_runner(entry, what, args, deadline);
+  if (plugin_.abort == nullptr) return call_on_runner(entry, what, args, deadline_from_now());
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
     if (broken_.load(std::memory_order_relaxed)) return broken_status_;
@@ -879,7 +885,7 @@ Status Communicator::call(Entry entry, const char* what, const hvd_collective_ar
     in_call_ = true;
     call_abortable_ = true;
     call_what_ = what;
-    call_deadline_ = deadline;
+    call_deadline_ = kUnstamped;
     overran_ = false;
   }
   begin_backend_call();

@@ -39,10 +39,14 @@ struct CommOptions {
 };
 
 // Every backend call is bounded: by HVD_TIMEOUT plus kMargin, and by the end of the blocking
-// hvd_* call it serves (bound_calls_until). A call that overruns is aborted by the watchdog
+// hvd_* call it serves (begin_serving). A call that overruns is aborted by the watchdog
 // (plugins with `abort`) or walked away from (plugins without: their calls run on a Runner). A
 // backend error, a timeout or an abort breaks the communicator for good: every later call fails
 // with the error that broke it, and finalize releases the backend without talking to peers.
+//
+// Starting a call reads no clock (a reading is a quarter of the host's cost of a small call):
+// the watchdog stamps each call, and each blocking hvd_* call served, at its first look, within
+// one Watchdog::kPeriod of its start, so a deadline is never early and at most a period late.
 class Communicator final : public Collectives, private Watchdog::Watched {
  public:
   using Clock = std::chrono::steady_clock;
@@ -88,9 +92,11 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   // error that broke the communicator, if any. Bounded like any call; once. A call still in
   // progress (walked away from, or on another thread) keeps what it uses: nothing is freed.
   Status finalize();
-  // Until reset (nullopt), no backend call runs past `deadline`: the end of the blocking hvd_*
-  // call the caller serves. What it waits for is named in a timeout's message.
-  void bound_calls_until(std::optional<Clock::time_point> deadline, const char* serving);
+  // Until end_serving(), no backend call runs past the end of the blocking hvd_* call `api` (a
+  // string literal) that the caller serves: HVD_TIMEOUT + kMargin from the watchdog's first look
+  // at it. A timeout's message names it.
+  void begin_serving(const char* api);
+  void end_serving();
   std::chrono::milliseconds timeout() const { return timeout_; }
   // A collective that moves `bytes` (a multiple of 8) of host memory: hvd's own control records,
   // in a dtype the plugin takes.
@@ -211,19 +217,21 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   // The call in progress, as the watchdog sees it, and what broke the communicator.
   mutable std::mutex call_mutex_;
   bool in_call_ = false;
-  bool call_abortable_ = false;  // init cannot be: the watchdog only reports it
-  const char* call_what_ = "";   // a string literal, as every call's name is
-  Clock::time_point call_deadline_;
+  bool call_abortable_ = false;      // init cannot be: the watchdog only reports it
+  const char* call_what_ = "";       // a string literal, as every call's name is
+  Clock::time_point call_deadline_;  // kUnstamped until the watchdog's first look
   bool overran_ = false;
-  // The end of the blocking hvd_* call served (bound_calls_until; kNoEntryDeadline: none) and its
-  // name: set by the calling thread without the lock (a call's cost is counted in nanoseconds),
-  // read by that thread and, for a message, by the watchdog.
-  static constexpr Clock::rep kNoEntryDeadline = std::numeric_limits<Clock::rep>::max();
-  std::atomic<Clock::rep> entry_deadline_{kNoEntryDeadline};
+  // The end of the blocking hvd_* call served (kNotServing: none; kUnstamped until the watchdog's
+  // first look) and its name: set by the calling thread without the lock, stamped by the
+  // watchdog.
+  static constexpr Clock::time_point kUnstamped = Clock::time_point::max();
+  static constexpr Clock::rep kNotServing = std::numeric_limits<Clock::rep>::min();
+  std::atomic<Clock::rep> serving_deadline_{kNotServing};
   std::atomic<const char*> serving_{""};
-  std::optional<Clock::time_point> entry_deadline() const;
-  // When a backend call starting now must end: HVD_TIMEOUT + kMargin, or the served call's end.
-  Clock::time_point backend_call_deadline() const;
+  // What a backend call that starts now and cannot wait for the watchdog's stamp (on a Runner,
+  // which needs its deadline at once) is given: HVD_TIMEOUT + kMargin from now, or the served
+  // call's end if that is stamped and sooner.
+  Clock::time_point deadline_from_now() const;
   std::atomic<bool> broken_{false};
   Status broken_status_;
   bool watched_ = false;

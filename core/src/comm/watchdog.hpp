@@ -2,8 +2,10 @@
 //
 // A communicator registers while it lives; every kPeriod the watchdog asks each one to check
 // its call in progress against the call's deadline (HVD_TIMEOUT plus a margin, or the end of the
-// blocking hvd_* call it serves). An overrunning communicator then aborts itself, from this
-// thread: the backend's abort makes the stuck call return to its caller with HVD_ERR_TIMEOUT.
+// blocking hvd_* call it serves), which the communicator stamps at the watchdog's first look at
+// the call, so that starting one reads no clock. An overrunning communicator then aborts itself,
+// from this thread: the backend's abort makes the stuck call return to its caller with
+// HVD_ERR_TIMEOUT.
 #ifndef HVD_CORE_COMM_WATCHDOG_HPP
 #define HVD_CORE_COMM_WATCHDOG_HPP
 
@@ -14,7 +16,8 @@ namespace hvd::core {
 class Watchdog {
  public:
   using Clock = std::chrono::steady_clock;
-  // How often calls are checked: the precision of every deadline.
+  // How often calls are checked: a deadline is never early, and at most two periods late (one to
+  // the first look, one to the look that finds it past).
   static constexpr std::chrono::milliseconds kPeriod{50};
 
   class Watched {
