@@ -255,7 +255,9 @@ Status Endpoint::begin(const char* what) {
   HVD_RETURN_IF_ERROR(check_usable());
   ++sequence_;
   call_ = what;
-  call_deadline_ = kNoDeadlineYet;  // wait_until starts it
+  // HVD_TIMEOUT bounds the call from its start, the failure's round of notices (blame) included:
+  // the host's watchdog ends a call at HVD_TIMEOUT + 1 s, and the plugin must return first.
+  call_deadline_ = std::chrono::steady_clock::now() + timeout_ - blame_grace();
   ops_.clear();
   return Status::success();
 }

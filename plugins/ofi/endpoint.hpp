@@ -142,16 +142,9 @@ class Endpoint {
   Op notice_op_;
   Notice notice_{};
 
-  uint32_t sequence_ = 0;  // calls begun, identical on every rank
-  const char* call_ = "";  // the call in progress
-  // Its waits end by then. HVD_TIMEOUT bounds the call, the failure's round of notices (blame)
-  // included, from its first wait that spins out, which comes at once: every algorithm posts its
-  // messages and waits before it computes. The host's watchdog ends a call at HVD_TIMEOUT + 1 s
-  // from its start, and the plugin returns first. A call that never waits that long reads no
-  // clock: a reading costs 20-odd ns, a twentieth of a small allreduce (docs/performance.md).
-  std::chrono::steady_clock::time_point call_deadline_;
-  static constexpr std::chrono::steady_clock::time_point kNoDeadlineYet =
-      std::chrono::steady_clock::time_point::max();
+  uint32_t sequence_ = 0;                                // calls begun, identical on every rank
+  const char* call_ = "";                                // the call in progress
+  std::chrono::steady_clock::time_point call_deadline_;  // its waits end by then (begin())
   // How long a failing rank listens for its peers' notices (blame), within the call's timeout.
   std::chrono::milliseconds blame_grace() const {
     return std::min<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(500));
@@ -186,10 +179,7 @@ Status Endpoint::wait_until(Done&& done, WaitingFor&& waiting_for) {
     }
     if (++polls < kSpinPolls) continue;
     const Clock::time_point now = Clock::now();
-    if (polls == kSpinPolls) {
-      idle_since = now;
-      if (call_deadline_ == kNoDeadlineYet) call_deadline_ = now + timeout_ - blame_grace();
-    }
+    if (polls == kSpinPolls) idle_since = now;
     if (aborted_.load(std::memory_order_relaxed)) {
       return Status(HVD_ERR_STATE,
                     std::string("ofi ") + call_ + ": the communicator was aborted during the call");

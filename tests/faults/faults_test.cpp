@@ -418,6 +418,30 @@ TEST_F(Faults, APluginThatIgnoresItsTimeoutIsStoppedByTheWatchdog) {
   EXPECT_LT(seconds_since(finalizing), 1);
 }
 
+// A blocking call that makes several backend calls is bounded as a whole, from its start: the
+// argument check (an allgather) waits 1.5 s for rank 1, then the allreduce hangs on rank 0, and
+// the watchdog ends it HVD_TIMEOUT + 1 s after hvd_allreduce began, not after the allreduce did.
+TEST_F(Faults, ABlockingCallOfSeveralBackendCallsIsBoundedAsAWhole) {
+  if (!has_fault_knobs()) GTEST_SKIP() << "backend " << backend() << " has no fault knobs";
+  set_env("HVD_CHECK_ARGS", "1");
+  set_env("HVD_TEST_HANG", "allreduce");
+  set_env("HVD_TEST_HANG_RANK", "0");
+  hvd_comm* comm = open();
+  if (rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto start = Clock::now();
+  EXPECT_NE(allreduce_ones(comm), HVD_SUCCESS);
+  const double took = measured("error", seconds_since(start));
+  const std::string message = hvd_last_error();
+  if (rank() == 0) {
+    EXPECT_GE(took, kTimeout + 1) << message;
+    EXPECT_LT(took, kTimeout + 1.5) << message;  // bounded from the call's start: not 1.5 s later
+    EXPECT_NE(message.find("(serving hvd_allreduce) did not return within HVD_TIMEOUT (2 s) + 1 s"),
+              std::string::npos)
+        << message;
+  }
+  (void)hvd_finalize(comm);
+}
+
 // The scheduler's own backend calls serve no blocking hvd_* call: the watchdog's stamp of the call
 // at its first look is all that bounds them.
 TEST_F(Faults, APluginThatIgnoresItsTimeoutOnTheSchedulersThreadIsStoppedByTheWatchdog) {

@@ -552,8 +552,18 @@ Status Communicator::hierarchical_allreduce(const hvd_collective_args& a) {
     p.count = length(k) / L;
     return caught("allgather within the host", [&] { return local_->allgather(p); });
   };
-  local_->begin_serving(serving_.load(std::memory_order_relaxed));
-  cross_->begin_serving(serving_.load(std::memory_order_relaxed));
+  // The phases serve what this call serves, if anything (a blocking hvd_* call), until they end
+  // however they end.
+  struct Serving {
+    Communicator& local;
+    Communicator& cross;
+    ~Serving() {
+      local.end_serving();
+      cross.end_serving();
+    }
+  } serving{*local_, *cross_};
+  local_->serve_for(*this);
+  cross_->serve_for(*this);
   Status status = Status::success();
   if (chunks <= 1) {
     for (uint64_t k = 0; k < chunks && status.ok(); ++k) {
@@ -622,8 +632,6 @@ Status Communicator::hierarchical_allreduce(const hvd_collective_args& a) {
     if (ok) (void)gather(chunks - 1);
     across.join();
   }
-  local_->end_serving();
-  cross_->end_serving();
   if (status.ok() && tail > 0) {
     hvd_collective_args p = a;
     p.sendbuf = send + body * element;
@@ -768,17 +776,26 @@ Status Communicator::another_call(const char* what) const {
 
 void Communicator::begin_serving(const char* api) {
   serving_.store(api, std::memory_order_relaxed);
-  serving_deadline_.store(kUnstamped.time_since_epoch().count(), std::memory_order_relaxed);
+  serving_deadline_.store(-++serving_scopes_, std::memory_order_release);  // a scope of its own
+}
+
+void Communicator::serve_for(const Communicator& parent) {
+  const Clock::rep scope = parent.serving_deadline_.load(std::memory_order_acquire);
+  if (scope == kNotServing) return;
+  serving_.store(parent.serving_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  // The parent's stamp, or a scope of this one's, stamped at the watchdog's first look at it,
+  // which comes after the parent's call began.
+  serving_deadline_.store(scope > 0 ? scope : -++serving_scopes_, std::memory_order_release);
 }
 
 void Communicator::end_serving() {
-  serving_deadline_.store(kNotServing, std::memory_order_relaxed);
+  serving_deadline_.store(kNotServing, std::memory_order_release);
 }
 
 Communicator::Clock::time_point Communicator::deadline_from_now() const {
   const Clock::time_point deadline = Clock::now() + timeout_ + kMargin;
-  const Clock::rep serving = serving_deadline_.load(std::memory_order_relaxed);
-  if (serving == kNotServing || serving == kUnstamped.time_since_epoch().count()) return deadline;
+  const Clock::rep serving = serving_deadline_.load(std::memory_order_acquire);
+  if (serving <= 0) return deadline;  // none, or not stamped yet
   return std::min(deadline, Clock::time_point(Clock::duration(serving)));
 }
 
@@ -825,7 +842,7 @@ Status Communicator::timed_out_locked(const std::string& what) const {
   const std::string consequence =
       what == "finalize" ? "its communicator is left unreleased" : "the communicator was aborted";
   const std::string serving =
-      serving_deadline_.load(std::memory_order_relaxed) != kNotServing
+      serving_deadline_.load(std::memory_order_acquire) != kNotServing
           ? std::string(" (serving ") + serving_.load(std::memory_order_relaxed) + ")"
           : "";
   return error(HVD_ERR_TIMEOUT, what + " on backend '" + plugin_.name + "'" + serving +
@@ -836,19 +853,21 @@ Status Communicator::timed_out_locked(const std::string& what) const {
 
 void Communicator::check(Clock::time_point now) {
   std::unique_lock<std::mutex> lock(call_mutex_);
-  // Stamp what started since the last look. The calling thread may end serving meanwhile: then
-  // the exchange fails, and nothing is stamped.
-  const Clock::rep limit_from_now = (now + timeout_ + kMargin).time_since_epoch().count();
-  Clock::rep serving = kUnstamped.time_since_epoch().count();
-  if (serving_deadline_.compare_exchange_strong(serving, limit_from_now,
-                                                std::memory_order_relaxed)) {
-    serving = limit_from_now;
+  // Stamp what started since the last look, with the time read now, after the lock: a stamp is
+  // never older than what it stamps. `now`, the sweep's, may be older: a comparison with it is
+  // only ever late.
+  Clock::rep serving = serving_deadline_.load(std::memory_order_acquire);
+  if (serving < 0 && serving != kNotServing) {
+    const Clock::rep stamp = (Clock::now() + timeout_ + kMargin).time_since_epoch().count();
+    // Fails when that scope ended, and another may have begun, since the load: the next look
+    // stamps it.
+    serving = serving_deadline_.compare_exchange_strong(serving, stamp, std::memory_order_acq_rel)
+                  ? stamp
+                  : kNotServing;
   }
   if (!in_call_ || overran_) return;
-  if (call_deadline_ == kUnstamped)
-    call_deadline_ = Clock::time_point(Clock::duration(limit_from_now));
-  const bool served_call_ended =
-      serving != kNotServing && now >= Clock::time_point(Clock::duration(serving));
+  if (call_deadline_ == kUnstamped) call_deadline_ = Clock::now() + timeout_ + kMargin;
+  const bool served_call_ended = serving > 0 && now >= Clock::time_point(Clock::duration(serving));
   if (now < call_deadline_ && !served_call_ended) return;
   overran_ = true;
   if (!call_abortable_) {

@@ -44,9 +44,11 @@ struct CommOptions {
 // backend error, a timeout or an abort breaks the communicator for good: every later call fails
 // with the error that broke it, and finalize releases the backend without talking to peers.
 //
-// Starting a call reads no clock (a reading is a quarter of the host's cost of a small call):
+// Starting a call reads no clock (two readings were a third of the host's cost of a small call):
 // the watchdog stamps each call, and each blocking hvd_* call served, at its first look, within
-// one Watchdog::kPeriod of its start, so a deadline is never early and at most a period late.
+// one Watchdog::kPeriod of its start, so a deadline is never early, and late by at most the two
+// periods to the look that stamps it and the look that finds it past (while the watchdog's
+// thread runs on time).
 class Communicator final : public Collectives, private Watchdog::Watched {
  public:
   using Clock = std::chrono::steady_clock;
@@ -96,6 +98,9 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   // string literal) that the caller serves: HVD_TIMEOUT + kMargin from the watchdog's first look
   // at it. A timeout's message names it.
   void begin_serving(const char* api);
+  // The same for the calls a parent's hierarchical allreduce makes on this child: under what the
+  // parent serves, if anything.
+  void serve_for(const Communicator& parent);
   void end_serving();
   std::chrono::milliseconds timeout() const { return timeout_; }
   // A collective that moves `bytes` (a multiple of 8) of host memory: hvd's own control records,
@@ -221,13 +226,15 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   const char* call_what_ = "";       // a string literal, as every call's name is
   Clock::time_point call_deadline_;  // kUnstamped until the watchdog's first look
   bool overran_ = false;
-  // The end of the blocking hvd_* call served (kNotServing: none; kUnstamped until the watchdog's
-  // first look) and its name: set by the calling thread without the lock, stamped by the
-  // watchdog.
   static constexpr Clock::time_point kUnstamped = Clock::time_point::max();
+  // The end of the blocking hvd_* call served, and its name: kNotServing; a scope not stamped
+  // yet, which is -(its number among this communicator's scopes), so that the watchdog's
+  // exchange never stamps a scope that began after it looked; or the stamp, a time (> 0). Set
+  // by the calling thread without the lock, stamped by the watchdog.
   static constexpr Clock::rep kNotServing = std::numeric_limits<Clock::rep>::min();
   std::atomic<Clock::rep> serving_deadline_{kNotServing};
   std::atomic<const char*> serving_{""};
+  int64_t serving_scopes_ = 0;  // the calling thread's
   // What a backend call that starts now and cannot wait for the watchdog's stamp (on a Runner,
   // which needs its deadline at once) is given: HVD_TIMEOUT + kMargin from now, or the served
   // call's end if that is stamped and sooner.
