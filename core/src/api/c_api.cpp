@@ -650,7 +650,6 @@ hvd::Result<std::shared_ptr<CommState>> make_child(CommState& c,
 // alone calls the backends then), as a blocking call the scheduler runs in its turn.
 hvd::Status split_comm(const hvd_comm* comm, const Communicator::SplitRecord& mine,
                        const hvd::Status& mine_valid, const char* api, hvd_comm** out) {
-  const Clock::time_point entry = Clock::now();
   if (out == nullptr)
     return hvd::error(HVD_ERR_INVALID_ARGUMENT, std::string(api) + ": out is NULL");
   *out = nullptr;
@@ -662,8 +661,8 @@ hvd::Status split_comm(const hvd_comm* comm, const Communicator::SplitRecord& mi
     // Alive whenever the task runs: hvd_finalize stops the scheduler before it lets go.
     CommState* parent = c.get();
     HVD_RETURN_IF_ERROR(through_scheduler(
-        *c, api, OpType::kAllreduce, hvd::core::host_args(nullptr, nullptr, 0, HVD_UINT8), entry,
-        nullptr, [parent, mine, mine_valid, api, made]() -> hvd::Status {
+        *c, api, OpType::kAllreduce, hvd::core::host_args(nullptr, nullptr, 0, HVD_UINT8),
+        Clock::now(), nullptr, [parent, mine, mine_valid, api, made]() -> hvd::Status {
           HVD_ASSIGN_OR_RETURN(*made, make_child(*parent, mine, mine_valid, api));
           return hvd::Status::success();
         }));
@@ -877,7 +876,6 @@ hvd_status hvd_alltoall(hvd_comm* comm, const void* sendbuf, const uint64_t* sen
                         void* recvbuf, uint64_t recv_capacity, uint64_t* recv_counts,
                         hvd_dtype dtype, const hvd_placement* placement) {
   return guarded([&]() -> hvd::Status {
-    const Clock::time_point entry = Clock::now();
     HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
     HVD_RETURN_IF_ERROR(usable(*c));
     if (send_counts == nullptr) {
@@ -895,8 +893,8 @@ hvd_status hvd_alltoall(hvd_comm* comm, const void* sendbuf, const uint64_t* sen
     std::vector<uint64_t> received(static_cast<size_t>(size));
     if (c->scheduled.load(std::memory_order_acquire)) {
       args.recv_counts = &recv_capacity;
-      HVD_RETURN_IF_ERROR(
-          through_scheduler(*c, "hvd_alltoall", OpType::kAlltoall, args, entry, received.data()));
+      HVD_RETURN_IF_ERROR(through_scheduler(*c, "hvd_alltoall", OpType::kAlltoall, args,
+                                            Clock::now(), received.data()));
     } else {
       const Bounded bounded(*c->impl, "hvd_alltoall");
       const hvd::Status mine = c->impl->check_alltoall_send(args);

@@ -44,7 +44,7 @@ struct CommOptions {
 // backend error, a timeout or an abort breaks the communicator for good: every later call fails
 // with the error that broke it, and finalize releases the backend without talking to peers.
 //
-// Starting a call reads no clock (two readings were a third of the host's cost of a small call):
+// Starting a call reads no clock (a reading is a third of the host's cost of a small call):
 // the watchdog stamps each call, and each blocking hvd_* call served, at its first look, within
 // one Watchdog::kPeriod of its start, so a deadline is never early, and late by at most the two
 // periods to the look that stamps it and the look that finds it past (while the watchdog's
