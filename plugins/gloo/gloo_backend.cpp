@@ -662,14 +662,14 @@ class GlooBackend {
   }
 
   Status allgatherv(const hvd_collective_args& a, size_t element) {
+    const size_t total = std::accumulate(a.recv_counts, a.recv_counts + size_, size_t{0});
+    if (total == 0) return Status::success();
     std::vector<size_t> counts(a.recv_counts, a.recv_counts + size_);
-    if (std::accumulate(counts.begin(), counts.end(), size_t{0}) == 0) return Status::success();
     size_t offset = 0;
     for (int r = 0; r < rank_; ++r) offset += counts[static_cast<size_t>(r)];
     char* mine = static_cast<char*>(a.recvbuf) + offset * element;
     if (a.count > 0 && a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
     if (!meshes_) return Status::success();
-    const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
     HVD_RETURN_IF_ERROR(agree_before_event_loop(
         "allgatherv", total * element,
         CallShape::of(CallShape::kAllgatherv, a.dtype, total, hash_counts(counts))));

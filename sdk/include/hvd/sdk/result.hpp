@@ -6,6 +6,7 @@
 #define HVD_SDK_RESULT_HPP
 
 #include <cassert>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -17,27 +18,49 @@ namespace hvd {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(hvd_status code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(hvd_status code, std::string message)
+      : code_(code),
+        message_(message.empty() ? nullptr : std::make_unique<std::string>(std::move(message))) {}
+  Status(const Status& other)
+      : code_(other.code_),
+        message_(other.message_ ? std::make_unique<std::string>(*other.message_) : nullptr) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) {
+      message_ = other.message_ ? std::make_unique<std::string>(*other.message_) : nullptr;
+      code_ = other.code_;
+    }
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
+  ~Status() = default;
 
   static Status success() { return {}; }
 
   bool ok() const { return code_ == HVD_SUCCESS; }
   hvd_status code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return message_ ? *message_ : no_message(); }
 
   // "timeout: rank 2 did not publish ..." — the code's name and the message.
   std::string to_string() const {
-    return ok() ? "success" : std::string(hvd_status_name(code_)) + ": " + message_;
+    return ok() ? "success" : std::string(hvd_status_name(code_)) + ": " + message();
   }
 
   // The same code with context prepended: "loading backend 'gloo': <message>".
   Status with_context(const std::string& context) const {
-    return ok() ? *this : Status(code_, context + ": " + message_);
+    return ok() ? *this : Status(code_, context + ": " + message());
   }
 
  private:
+  static const std::string& no_message() {
+    static const std::string empty;
+    return empty;
+  }
+
+  // A success, the status of nearly every call, is two words with nothing to free: the message
+  // lives on the heap, and only an error has one.
   hvd_status code_ = HVD_SUCCESS;
-  std::string message_;
+  std::unique_ptr<std::string> message_;
 };
 
 inline Status error(hvd_status code, std::string message) { return {code, std::move(message)}; }
