@@ -8,6 +8,7 @@
 #include <rdma/fi_tagged.h>
 #include <sched.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,6 +81,25 @@ void remove_dead_shm_regions() {
     }
     ::closedir(dir);
   });
+}
+
+// The time now from the kernel's coarse clock (CLOCK_MONOTONIC as of its last tick) plus one tick
+// (its resolution, 1-4 ms): never before the true time, at most a tick after, for a vDSO read of
+// about 5 ns where the precise clock costs 24 ns in a KVM guest. Read once per call. libstdc++'s
+// steady_clock is CLOCK_MONOTONIC, so the two compare.
+std::chrono::steady_clock::time_point coarse_now() {
+  static const std::chrono::nanoseconds tick = [] {
+    timespec resolution{};
+    if (clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) != 0) return std::chrono::nanoseconds(-1);
+    return std::chrono::seconds(resolution.tv_sec) + std::chrono::nanoseconds(resolution.tv_nsec);
+  }();
+  timespec now{};
+  if (tick.count() < 0 || clock_gettime(CLOCK_MONOTONIC_COARSE, &now) != 0) {
+    return std::chrono::steady_clock::now();
+  }
+  return std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec) + tick));
 }
 
 }  // namespace
@@ -257,7 +277,7 @@ Status Endpoint::begin(const char* what) {
   call_ = what;
   // HVD_TIMEOUT bounds the call from its start, the failure's round of notices (blame) included:
   // the host's watchdog ends a call at HVD_TIMEOUT + 1 s, and the plugin must return first.
-  call_deadline_ = std::chrono::steady_clock::now() + timeout_ - blame_grace();
+  call_deadline_ = coarse_now() + timeout_ - blame_grace();
   ops_.clear();
   return Status::success();
 }
