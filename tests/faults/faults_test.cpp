@@ -442,6 +442,39 @@ TEST_F(Faults, ABlockingCallOfSeveralBackendCallsIsBoundedAsAWhole) {
   (void)hvd_finalize(comm);
 }
 
+// A hierarchical allreduce is one blocking call made of backend calls on two child communicators
+// (the host's ranks, the hosts'), which serve the parent's scope: it too is bounded as a whole.
+// Four ranks as two hosts of two (faults.kvs.hierarchical.np4 runs them so), the allreduce in two
+// chunks: rank 0's first reduce-scatter within its host (an allreduce: kvs has no reduce-scatter)
+// waits 1.5 s for rank 1, its second hangs, and the watchdog ends it HVD_TIMEOUT + 1 s after
+// hvd_allreduce began, not after the child's call did.
+TEST_F(Faults, AHierarchicalAllreduceIsBoundedAsAWhole) {
+  if (!has_fault_knobs()) GTEST_SKIP() << "backend " << backend() << " has no fault knobs";
+  const char* host = std::getenv("HVD_HOSTNAME");
+  if (size() != 4 || host == nullptr) {
+    GTEST_SKIP() << "needs 4 ranks as two hosts of two (faults.kvs.hierarchical.np4)";
+  }
+  set_env("HVD_HIERARCHICAL_ALLREDUCE", "1");
+  set_env("HVD_HIERARCHICAL_CHUNK_BYTES", "65536");  // the smallest: 32 Ki int32 in two chunks
+  set_env("HVD_TEST_HANG", "allreduce");
+  set_env("HVD_TEST_HANG_RANK", "0");
+  set_env("HVD_TEST_FAULT_SKIP", "1");  // each child communicator's first allreduce runs
+  hvd_comm* comm = open();
+  if (rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto start = Clock::now();
+  EXPECT_NE(allreduce_ones(comm, 32 << 10), HVD_SUCCESS);
+  const double took = measured("error", seconds_since(start));
+  const std::string message = hvd_last_error();
+  if (rank() == 0) {
+    EXPECT_GE(took, kTimeout + 1) << message;
+    EXPECT_LT(took, kTimeout + 1.5) << message;  // bounded from the call's start: not 1.5 s later
+    EXPECT_NE(message.find("(serving hvd_allreduce) did not return within HVD_TIMEOUT (2 s) + 1 s"),
+              std::string::npos)
+        << message;
+  }
+  (void)hvd_finalize(comm);
+}
+
 // The scheduler's own backend calls serve no blocking hvd_* call: the watchdog's stamp of the call
 // at its first look is all that bounds them.
 TEST_F(Faults, APluginThatIgnoresItsTimeoutOnTheSchedulersThreadIsStoppedByTheWatchdog) {
