@@ -1,16 +1,18 @@
-// hvd-ofi-floor: the fastest a small 2-rank allreduce can be over libfabric, beside Open MPI's.
+// hvd-ofi-floor: the fastest a small 2-rank allreduce can be over libfabric, beside hvd's ofi
+// backend and Open MPI's MPI_Allreduce.
 //
 //   hvdrun --mpi -np 2 --mpi-args "--bind-to core" hvd-ofi-floor [-b BYTES] [-n ITERS] [-w WARMUP]
 //                                                                [-p PROVIDER]
 //
-// Each call is what hvd's ofi backend does for a small allreduce of 2 ranks, and nothing else:
+// The floor is what hvd's ofi backend does for a small allreduce of 2 ranks, and nothing else:
 // post a tagged receive from the peer, send the same bytes to it inline (fi_tinject), read the
-// completion queue until the receive completes, add the two halves. It is called call by call,
-// alternating with MPI_Allreduce on the same bytes, each call timed, so both see the same moments
-// of a noisy machine; each prints the p50 of the slower rank, and their ratio. ofi's p50 through
-// hvd over this floor is what hvd and its plugin add; this floor over MPI_Allreduce is what
-// libfabric's provider costs against Open MPI's own shared-memory path. MPI starts the job and
-// exchanges the endpoint names. Every wait ends after 10 s with an error.
+// completion queue until the receive completes, add the two halves. It runs call by call with
+// hvd_allreduce on the ofi backend (the same provider: -p sets HVD_OFI_PROVIDER) and with
+// MPI_Allreduce, on the same bytes, each call timed, so all three see the same moments of a noisy
+// machine. It prints each one's p50 (of the slower rank) and their ratios: hvd over the floor is
+// what hvd's host and its plugin add; the floor over MPI_Allreduce is what libfabric's provider
+// costs against Open MPI's own shared-memory path. MPI starts the job and exchanges the endpoint
+// names. Every wait ends with an error: the floor's after 10 s, hvd's at HVD_TIMEOUT.
 #include <mpi.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -26,6 +28,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "hvd/hvd.h"
 
 namespace {
 
@@ -190,7 +194,9 @@ double slower_p50(std::vector<double>& seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // Multiple threads: under a plain mpirun, hvd makes its rendezvous through MPI from its threads.
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -204,35 +210,59 @@ int main(int argc, char** argv) {
     expected[i] = static_cast<float>(3 + 2 * static_cast<int>(i % 7));
   }
   Exchange exchange(o, rank);
-  std::vector<double> floor_s, mpi_s;
-  floor_s.reserve(static_cast<size_t>(o.iters));
-  mpi_s.reserve(static_cast<size_t>(o.iters));
+  if (!o.provider.empty()) setenv("HVD_OFI_PROVIDER", o.provider.c_str(), 1);
+  hvd_init_options options{};
+  options.struct_size = sizeof options;
+  options.backend = "ofi";
+  hvd_comm* comm = nullptr;
+  if (hvd_init(&options, &comm) != HVD_SUCCESS) fail(std::string("hvd_init: ") + hvd_last_error());
+
+  enum { kFloor, kHvd, kMpi };
+  std::vector<double> seconds[3];
+  for (auto& s : seconds) s.reserve(static_cast<size_t>(o.iters));
   MPI_Barrier(MPI_COMM_WORLD);
   uint64_t tag = 0;
   for (int i = 0; i < o.warmup + o.iters; ++i) {
     const Clock::time_point t0 = Clock::now();
     exchange.allreduce(in.data(), theirs.data(), out.data(), count, ++tag);
     const Clock::time_point t1 = Clock::now();
+    if (hvd_allreduce(comm, in.data(), out.data(), count, HVD_FLOAT32, HVD_SUM, nullptr) !=
+        HVD_SUCCESS) {
+      fail(std::string("hvd_allreduce: ") + hvd_last_error());
+    }
+    const Clock::time_point t2 = Clock::now();
     MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                   MPI_COMM_WORLD);
-    const Clock::time_point t2 = Clock::now();
+    const Clock::time_point t3 = Clock::now();
     if (i < o.warmup) continue;
-    floor_s.push_back(std::chrono::duration<double>(t1 - t0).count());
-    mpi_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+    seconds[kFloor].push_back(std::chrono::duration<double>(t1 - t0).count());
+    seconds[kHvd].push_back(std::chrono::duration<double>(t2 - t1).count());
+    seconds[kMpi].push_back(std::chrono::duration<double>(t3 - t2).count());
   }
   exchange.allreduce(in.data(), theirs.data(), out.data(), count, ++tag);
   if (out != expected) fail("the libfabric exchange summed wrong");
+  std::fill(out.begin(), out.end(), 0.0f);
+  if (hvd_allreduce(comm, in.data(), out.data(), count, HVD_FLOAT32, HVD_SUM, nullptr) !=
+          HVD_SUCCESS ||
+      out != expected) {
+    fail("hvd_allreduce on ofi summed wrong or failed");
+  }
+  if (hvd_finalize(comm) != HVD_SUCCESS) fail(std::string("hvd_finalize: ") + hvd_last_error());
 
-  const double floor_p50 = slower_p50(floor_s) * 1e6;
-  const double mpi_p50 = slower_p50(mpi_s) * 1e6;
+  const double floor = slower_p50(seconds[kFloor]) * 1e6;
+  const double hvd = slower_p50(seconds[kHvd]) * 1e6;
+  const double mpi = slower_p50(seconds[kMpi]) * 1e6;
   if (rank == 0) {
     std::printf(
-        "# libfabric %s: %zu B each way (fi_trecv, fi_tinject, fi_cq_read), against "
-        "MPI_Allreduce, call by call, %d calls after %d; p50 of the slower rank\n",
+        "# libfabric %s: %zu B each way (fi_trecv, fi_tinject, fi_cq_read), hvd_allreduce on ofi "
+        "and MPI_Allreduce, call by call, %d calls after %d; p50 of the slower rank\n",
         o.provider.c_str(), o.bytes, o.iters, o.warmup);
-    std::printf("libfabric_exchange_p50_us %.3f\n", floor_p50);
-    std::printf("MPI_Allreduce_p50_us %.3f\n", mpi_p50);
-    std::printf("exchange_over_MPI_Allreduce %.3f\n", floor_p50 / mpi_p50);
+    std::printf("libfabric_exchange_p50_us %.3f\n", floor);
+    std::printf("hvd_ofi_p50_us %.3f\n", hvd);
+    std::printf("MPI_Allreduce_p50_us %.3f\n", mpi);
+    std::printf("exchange_over_MPI_Allreduce %.3f\n", floor / mpi);
+    std::printf("hvd_ofi_over_exchange %.3f\n", hvd / floor);
+    std::printf("hvd_ofi_over_MPI_Allreduce %.3f\n", hvd / mpi);
   }
   MPI_Finalize();
   return 0;
