@@ -11,8 +11,8 @@
 #      each rank bound to a core (--bind-to core, as mpirun binds 2 ranks by default), 100000
 #      calls: unbound, the kernel sometimes puts both ranks on one vCPU for a while. Then
 #      hvd-ofi-floor: the same exchange on libfabric alone, hvd's ofi and MPI_Allreduce, call by
-#      call: libfabric alone over MPI_Allreduce (the floor libfabric's provider sets) and ofi
-#      through hvd over libfabric alone (what hvd adds).
+#      call: libfabric alone over MPI_Allreduce (the floor libfabric's provider sets), ofi
+#      through hvd over libfabric alone (what hvd adds), and ofi over MPI_Allreduce in that loop.
 #   3. 3 network-namespace hosts on tcp;ofi_rxm, links not capped, 1-64 MiB: ofi's busbw over
 #      Gloo's (the smallest ratio over the sizes). Needs root; --no-hosts leaves it out.
 # Each job's JSON is kept in --out (default: a temporary directory, printed).
@@ -58,7 +58,8 @@ for i in $(seq 1 "$runs"); do
   "$bin/hvdrun" --mpi -np 2 --mpi-args "--bind-to core" "$bin/hvd-ofi-floor" -b 8 -n 100000 \
     -w 1000 | sed 's/^\[[0-9,]*\]<stdout>://' > "$out/floor8-$i.txt"
   awk '$1 == "exchange_over_MPI_Allreduce" {print "libfabric_alone_over_MPI_Allreduce", $2}
-       $1 == "hvd_ofi_over_exchange" {print "hvd_ofi_over_libfabric_alone", $2}' \
+       $1 == "hvd_ofi_over_exchange" {print "hvd_ofi_over_libfabric_alone", $2}
+       $1 == "hvd_ofi_over_MPI_Allreduce" {print "same_loop_ofi_over_MPI_Allreduce", $2}' \
     "$out/floor8-$i.txt" >> "$ratios"
 
   if [ "$hosts" = 1 ]; then
@@ -72,7 +73,7 @@ done
 echo "# goal                                       median   (runs)"
 for key in vs_mpi_backend_oop vs_mpi_backend_ip vs_MPI_Allreduce_oop vs_MPI_Allreduce_ip \
            vs_memcpy_oop vs_memcpy_ip p50_over_MPI_Allreduce libfabric_alone_over_MPI_Allreduce \
-           hvd_ofi_over_libfabric_alone three_hosts_min_vs_gloo; do
+           hvd_ofi_over_libfabric_alone same_loop_ofi_over_MPI_Allreduce three_hosts_min_vs_gloo; do
   values=$(awk -v k="$key" '$1 == k {printf "%.3f\n", $2}' "$ratios")
   [ -n "$values" ] || continue
   printf "%-44s %6s   (%s)\n" "$key" "$(echo "$values" | median)" "$(echo "$values" | tr '\n' ' ' | sed 's/ $//')"

@@ -12,7 +12,10 @@
 // machine. It prints each one's p50 (of the slower rank) and their ratios: hvd over the floor is
 // what hvd's host and its plugin add; the floor over MPI_Allreduce is what libfabric's provider
 // costs against Open MPI's own shared-memory path. MPI starts the job and exchanges the endpoint
-// names. Every wait ends with an error: the floor's after 10 s, hvd's at HVD_TIMEOUT.
+// names. The floor's waits end with an error after 10 s and hvd's at HVD_TIMEOUT; MPI's are the
+// launcher's to end. The order of the three turns with each call, so that none always follows the
+// same one (whatever skew between the ranks a call leaves, the next absorbs). MPI runs with
+// MPI_THREAD_MULTIPLE, as under hvd's mpi backend (so hvd-bench's direct MPI_Allreduce too).
 #include <mpi.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -53,15 +56,19 @@ void check(const char* what, long code) {
   if (code != 0) fail(std::string(what) + " failed: " + fi_strerror(static_cast<int>(-code)));
 }
 
-Options parse(int argc, char** argv) {
+Options parse(int argc, char** argv, int rank) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      std::printf(
-          "usage: hvd-ofi-floor [-b BYTES] [-n ITERS] [-w WARMUP] [-p PROVIDER]\n"
-          "  under mpirun with 2 ranks: a raw libfabric exchange (tagged receive, fi_tinject,\n"
-          "  completion polled) against MPI_Allreduce, call by call; p50s and their ratio\n");
+      if (rank == 0) {
+        std::printf(
+            "usage: hvd-ofi-floor [-b BYTES] [-n ITERS] [-w WARMUP] [-p PROVIDER]\n"
+            "  under mpirun with 2 ranks: a libfabric exchange (tagged receive, fi_tinject,\n"
+            "  completion polled), hvd_allreduce on ofi and MPI_Allreduce, call by call;\n"
+            "  their p50s and ratios\n");
+      }
+      MPI_Finalize();
       std::exit(0);
     }
     if (i + 1 >= argc) fail("'" + arg + "' needs a value (see --help)");
@@ -75,7 +82,8 @@ Options parse(int argc, char** argv) {
       fail("'" + arg + " " + value + "': not a whole number");
     } else if (arg == "-b") {
       o.bytes = static_cast<size_t>(number);
-    } else if (arg == "-n" && number > 0) {
+    } else if (arg == "-n") {
+      if (number == 0) fail("-n must be at least 1");
       o.iters = static_cast<int>(number);
     } else if (arg == "-w") {
       o.warmup = static_cast<int>(number);
@@ -200,7 +208,7 @@ int main(int argc, char** argv) {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const Options o = parse(argc, argv);
+  const Options o = parse(argc, argv, rank);
   if (size != 2) fail("run 2 ranks (hvdrun --mpi -np 2 ...), not " + std::to_string(size));
 
   const size_t count = o.bytes / sizeof(float);
@@ -222,22 +230,27 @@ int main(int argc, char** argv) {
   for (auto& s : seconds) s.reserve(static_cast<size_t>(o.iters));
   MPI_Barrier(MPI_COMM_WORLD);
   uint64_t tag = 0;
-  for (int i = 0; i < o.warmup + o.iters; ++i) {
-    const Clock::time_point t0 = Clock::now();
-    exchange.allreduce(in.data(), theirs.data(), out.data(), count, ++tag);
-    const Clock::time_point t1 = Clock::now();
-    if (hvd_allreduce(comm, in.data(), out.data(), count, HVD_FLOAT32, HVD_SUM, nullptr) !=
-        HVD_SUCCESS) {
-      fail(std::string("hvd_allreduce: ") + hvd_last_error());
+  auto run = [&](int which) {
+    if (which == kFloor) {
+      exchange.allreduce(in.data(), theirs.data(), out.data(), count, ++tag);
+    } else if (which == kHvd) {
+      if (hvd_allreduce(comm, in.data(), out.data(), count, HVD_FLOAT32, HVD_SUM, nullptr) !=
+          HVD_SUCCESS) {
+        fail(std::string("hvd_allreduce: ") + hvd_last_error());
+      }
+    } else {
+      MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
     }
-    const Clock::time_point t2 = Clock::now();
-    MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                  MPI_COMM_WORLD);
-    const Clock::time_point t3 = Clock::now();
-    if (i < o.warmup) continue;
-    seconds[kFloor].push_back(std::chrono::duration<double>(t1 - t0).count());
-    seconds[kHvd].push_back(std::chrono::duration<double>(t2 - t1).count());
-    seconds[kMpi].push_back(std::chrono::duration<double>(t3 - t2).count());
+  };
+  for (int i = 0; i < o.warmup + o.iters; ++i) {
+    for (int k = 0; k < 3; ++k) {
+      const int which = (i + k) % 3;
+      const Clock::time_point start = Clock::now();
+      run(which);
+      const double took = std::chrono::duration<double>(Clock::now() - start).count();
+      if (i >= o.warmup) seconds[which].push_back(took);
+    }
   }
   exchange.allreduce(in.data(), theirs.data(), out.data(), count, ++tag);
   if (out != expected) fail("the libfabric exchange summed wrong");
@@ -255,8 +268,10 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf(
         "# libfabric %s: %zu B each way (fi_trecv, fi_tinject, fi_cq_read), hvd_allreduce on ofi "
-        "and MPI_Allreduce, call by call, %d calls after %d; p50 of the slower rank\n",
-        o.provider.c_str(), o.bytes, o.iters, o.warmup);
+        "and MPI_Allreduce (%s), call by call, %d calls after %d; p50 of the slower rank\n",
+        o.provider.c_str(), o.bytes,
+        provided == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "not MPI_THREAD_MULTIPLE",
+        o.iters, o.warmup);
     std::printf("libfabric_exchange_p50_us %.3f\n", floor);
     std::printf("hvd_ofi_p50_us %.3f\n", hvd);
     std::printf("MPI_Allreduce_p50_us %.3f\n", mpi);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs the fault suite (tests/faults) on every backend at 3 ranks and prints each fault's slowest
-# rank: the figures of docs/reliability.md. Needs a build (scripts/test.sh or the README's
-# build command); about two minutes.
+# Runs the fault suite (tests/faults) on every backend at 3 ranks (a hierarchical allreduce at 4)
+# and prints each fault's slowest rank: the figures of docs/reliability.md. Needs a build
+# (scripts/test.sh or the README's build command); about two minutes.
 #
 #   scripts/reliability.sh [build-dir]
 set -euo pipefail
@@ -28,6 +28,10 @@ run kvs "$bin/hvdrun" -np 3 --backend kvs --plugin-path "$plugins" --timeout 120
   "$bin/hvd_faults_test"
 run kvs10 "$bin/hvdrun" -np 3 --backend kvs10 --plugin-path "$plugins" --timeout 120 -- \
   "$bin/hvd_faults_test"
+# A hierarchical allreduce needs two hosts of two: four ranks, their host names faked.
+run kvs-hierarchical "$bin/hvdrun" -np 4 --backend kvs --plugin-path "$plugins" --timeout 120 -- \
+  tests/integration/fake_hosts.sh 2 "$bin/hvd_faults_test" \
+  --gtest_filter=Faults.AHierarchicalAllreduceIsBoundedAsAWhole
 if [ -e "$build/lib/hvd/libhvd-backend-ofi.so" ]; then
   run ofi "$bin/hvdrun" -np 3 --backend ofi --timeout 120 -- "$bin/hvd_faults_test"
 fi

@@ -43,7 +43,7 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   # Open MPI's leaks are suppressed by library (tests/sanitizers/lsan.supp); everything else is
   # reported. Its frames have no frame pointers and it unloads its components at exit, so the
   # tests that run it need full stacks and components kept loaded to attribute what they find.
-  mpi_tests='^conformance\.mpi\.|^integration\.Mpirun\.|^netns\.|^bench\.hvd_bench|^scheduler\.mpi|^faults\.mpi\.'
+  mpi_tests='^conformance\.mpi\.|^integration\.Mpirun\.|^netns\.|^bench\.hvd_bench|^bench\.ofi_floor$|^scheduler\.mpi|^faults\.mpi\.'
   # Run in the normal build only: the three rate-capped namespace hosts (over 3 minutes under
   # ASan, on the code paths conformance.*.np3 already runs here), the hierarchical phases across
   # two namespace hosts (the collectives conformance runs here) and the fault suite at 3 ranks

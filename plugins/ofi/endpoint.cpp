@@ -84,9 +84,10 @@ void remove_dead_shm_regions() {
 }
 
 // The time now from the kernel's coarse clock (CLOCK_MONOTONIC as of its last tick) plus one tick
-// (its resolution, 1-4 ms): never before the true time, at most a tick after, for a vDSO read of
-// about 5 ns where the precise clock costs 24 ns in a KVM guest. Read once per call. libstdc++'s
-// steady_clock is CLOCK_MONOTONIC, so the two compare.
+// (its resolution, 1-10 ms): at most a tick late, and early only if the kernel's timekeeping lags
+// by more than a tick (milliseconds, against a timeout of seconds). Several times cheaper to read
+// than the precise clock in a KVM guest, once per call. libstdc++'s steady_clock is
+// CLOCK_MONOTONIC, so the two compare.
 std::chrono::steady_clock::time_point coarse_now() {
   static const std::chrono::nanoseconds tick = [] {
     timespec resolution{};

@@ -447,7 +447,8 @@ TEST_F(Faults, ABlockingCallOfSeveralBackendCallsIsBoundedAsAWhole) {
 // Four ranks as two hosts of two (faults.kvs.hierarchical.np4 runs them so), the allreduce in two
 // chunks: rank 0's first reduce-scatter within its host (an allreduce: kvs has no reduce-scatter)
 // waits 1.5 s for rank 1, its second hangs, and the watchdog ends it HVD_TIMEOUT + 1 s after
-// hvd_allreduce began, not after the child's call did.
+// hvd_allreduce began, not after the child's call did. (The knobs hang rank 0 of every child
+// communicator: ranks 1 and 2 hang in theirs too, later; rank 0's time is the one checked.)
 TEST_F(Faults, AHierarchicalAllreduceIsBoundedAsAWhole) {
   if (!has_fault_knobs()) GTEST_SKIP() << "backend " << backend() << " has no fault knobs";
   const char* host = std::getenv("HVD_HOSTNAME");

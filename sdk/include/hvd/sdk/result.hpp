@@ -53,12 +53,13 @@ class [[nodiscard]] Status {
 
  private:
   static const std::string& no_message() {
-    static const std::string empty;
-    return empty;
+    // Never destroyed: a thread that outlives main (a call walked away from) may still ask.
+    static const std::string* const empty = new std::string();
+    return *empty;
   }
 
-  // A success, the status of nearly every call, is two words with nothing to free: the message
-  // lives on the heap, and only an error has one.
+  // A success, the status of nearly every call, is two words with nothing to free: a message,
+  // which errors have, lives on the heap.
   hvd_status code_ = HVD_SUCCESS;
   std::unique_ptr<std::string> message_;
 };
