@@ -440,7 +440,7 @@ Result<bool> Endpoint::progress() {
   }
   const std::string what = std::string("ofi ") + call_ + ": " +
                            (op->is_send ? "sending to " : "receiving from ") + name_of(op->peer);
-  if (error.err == FI_ETRUNC) {
+  if (error.err == FI_ETRUNC || error.err == -FI_ETRUNC) {  // shm reports it negated
     return Status(HVD_ERR_MISMATCH, what + ": it sent more than the " + std::to_string(op->bytes) +
                                         " bytes expected (the ranks disagree on the call, its "
                                         "count or dtype)");

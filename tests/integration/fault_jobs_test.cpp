@@ -227,20 +227,25 @@ TEST_P(OfiFaultJob, AStoppedRankIsATimeoutNamingIt) {
   }
 }
 
-// 1 Mi against 1 Mi + 1 float32: the rank that receives a message of the wrong length fails with
-// a mismatch, and its notice (or a failed send to it) fails the other at once: both well before
-// the timeout, at which a rank left waiting would fail.
+// 1 Mi against 1 Mi + 1 float32 (the ring): the rank that receives a message of the wrong length
+// fails with a mismatch, and its notice (or a failed send to it) fails the other at once: both
+// well before the timeout, at which a rank left waiting would fail. 2 against 3 (recursive
+// doubling, one message each way): each rank receives the wrong length, too short or truncated,
+// and both fail with the mismatch.
 TEST_P(OfiFaultJob, CountsThatDifferAreAnErrorOnEveryRank) {
-  Job r = job_of_two("--count-for-rank 1=1048577");
-  const auto by_rank = reports(r.output);
-  ASSERT_EQ(by_rank.size(), 2u) << r.output;
-  bool mismatch_seen = false;
-  for (const auto& [rank, report] : by_rank) {
-    EXPECT_NE(report.status, "success") << rank << ": " << r.output;
-    EXPECT_LT(report.seconds, kTimeout) << report.message;
-    mismatch_seen = mismatch_seen || report.status == "mismatch between ranks";
+  for (const bool small : {false, true}) {
+    SCOPED_TRACE(small ? "2 against 3" : "1 Mi against 1 Mi + 1");
+    Job r = job_of_two(small ? "--count 2 --count-for-rank 1=3" : "--count-for-rank 1=1048577");
+    const auto by_rank = reports(r.output);
+    ASSERT_EQ(by_rank.size(), 2u) << r.output;
+    int mismatches = 0;
+    for (const auto& [rank, report] : by_rank) {
+      EXPECT_NE(report.status, "success") << rank << ": " << r.output;
+      EXPECT_LT(report.seconds, kTimeout) << report.message;
+      if (report.status == "mismatch between ranks") ++mismatches;
+    }
+    EXPECT_GE(mismatches, small ? 2 : 1) << r.output;
   }
-  EXPECT_TRUE(mismatch_seen) << r.output;
 }
 
 // A rank killed on shm leaves its shared-memory region (/dev/shm/<pid>:0:0) behind, and a later
