@@ -348,12 +348,6 @@ Status Collectives::allreduce_recursive_doubling(const hvd_collective_args& args
                              ? hvd_reduce(out, out, theirs, args.count, args.dtype, args.op)
                              : hvd_reduce(out, theirs, out, args.count, args.dtype, args.op));
   };
-  auto exchange = [&](int peer, uint32_t index) -> Status {
-    HVD_ASSIGN_OR_RETURN(Op * in, ep_.recv(peer, index, theirs, bytes));
-    HVD_ASSIGN_OR_RETURN(Op * sent, ep_.send(peer, index, out, bytes));
-    HVD_RETURN_IF_ERROR(ep_.wait(in));
-    return ep_.wait(sent);
-  };
 
   int p = 1;
   while (p * 2 <= n) p *= 2;
@@ -378,7 +372,7 @@ Status Collectives::allreduce_recursive_doubling(const hvd_collective_args& args
     for (int mask = 1; mask < p; mask <<= 1, ++index) {
       const int vpeer = vrank ^ mask;
       const int peer = vpeer < extra ? vpeer * 2 + 1 : vpeer + extra;
-      HVD_RETURN_IF_ERROR(exchange(peer, index));
+      HVD_RETURN_IF_ERROR(ep_.exchange(peer, index, out, theirs, bytes));
       HVD_RETURN_IF_ERROR(combine(vrank < vpeer));
     }
   }

@@ -83,12 +83,14 @@ void remove_dead_shm_regions() {
   });
 }
 
+}  // namespace
+
 // The time now from the kernel's coarse clock (CLOCK_MONOTONIC as of its last tick) plus one tick
 // (its resolution, 1-10 ms): at most a tick late, and early only if the kernel's timekeeping lags
 // by more than a tick (milliseconds, against a timeout of seconds). Several times cheaper to read
 // than the precise clock in a KVM guest, once per call. libstdc++'s steady_clock is
 // CLOCK_MONOTONIC, so the two compare.
-std::chrono::steady_clock::time_point coarse_now() {
+std::chrono::steady_clock::time_point Endpoint::coarse_now() {
   static const std::chrono::nanoseconds tick = [] {
     timespec resolution{};
     if (clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) != 0) return std::chrono::nanoseconds(-1);
@@ -103,8 +105,6 @@ std::chrono::steady_clock::time_point coarse_now() {
           std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec) + tick));
 }
 
-}  // namespace
-
 Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
                                                  const std::string& provider) {
   std::unique_ptr<Endpoint> ep(new Endpoint());
@@ -112,6 +112,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
   ep->size_ = ctx.size;
   ep->members_ = ctx.members;
   ep->timeout_ = ctx.timeout;
+  ep->call_budget_ = ep->timeout_ - ep->blame_grace();
   ep->provider_ = provider;
   HVD_RETURN_IF_ERROR(ep->open_objects(ctx, provider));
   HVD_RETURN_IF_ERROR(ep->connect(ctx));
@@ -272,26 +273,10 @@ Status Endpoint::check_usable() const {
   return Status::success();
 }
 
-Status Endpoint::begin(const char* what) {
-  HVD_RETURN_IF_ERROR(check_usable());
-  ++sequence_;
-  call_ = what;
-  // HVD_TIMEOUT bounds the call from its start, the failure's round of notices (blame) included:
-  // the host's watchdog ends a call at HVD_TIMEOUT + 1 s, and the plugin must return first.
-  call_deadline_ = coarse_now() + timeout_ - blame_grace();
-  ops_.clear();
-  return Status::success();
-}
-
 Status Endpoint::end(Status failure) {
-  if (failure.ok()) {
-    for (const Op& op : ops_) {
-      if (!op.done) {
-        failure = Status(HVD_ERR_INTERNAL,
-                         std::string("ofi ") + call_ + ": the call ended with a message in flight");
-        break;
-      }
-    }
+  if (failure.ok() && pending_ != 0) {
+    failure = Status(HVD_ERR_INTERNAL,
+                     std::string("ofi ") + call_ + ": the call ended with a message in flight");
   }
   if (failure.ok()) {
     ops_.clear();
@@ -330,6 +315,7 @@ void Endpoint::break_endpoint(hvd_status code) {
   if (!leave_open_when_broken_) {
     close_fid(ep_);  // cancels every posted operation: nothing touches the caller's buffers after
     ops_.clear();
+    pending_ = 0;
     return;
   }
   // ofi_rxm with manual data progress: cancel what is posted and never call into the endpoint
@@ -355,6 +341,7 @@ Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, siz
                         tag(index), &op->context);
   if (posted == 0) {
     op->done = inject;
+    if (!inject) ++pending_;
     return op;
   }
   ops_.pop_back();
@@ -371,7 +358,10 @@ Result<Op*> Endpoint::try_recv(int peer, uint32_t index, void* buffer, size_t by
   const ssize_t posted =
       fi_trecv(ep_, buffer, bytes, nullptr, addresses_[static_cast<size_t>(peer)], tag(index), 0,
                &op->context);
-  if (posted == 0) return op;
+  if (posted == 0) {
+    ++pending_;
+    return op;
+  }
   ops_.pop_back();
   if (posted == -FI_EAGAIN) return static_cast<Op*>(nullptr);
   return Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": receiving from " + name_of(peer) +
@@ -399,6 +389,26 @@ Result<Op*> Endpoint::post(bool is_send, int peer, uint32_t index, void* buffer,
   return op;
 }
 
+Status Endpoint::exchange(int peer, uint32_t index, const void* send, void* recv, size_t bytes) {
+  const fi_addr_t address = addresses_[static_cast<size_t>(peer)];
+  Op* in = &ops_.emplace_back();
+  in->peer = peer;
+  in->bytes = bytes;
+  if (bytes <= info_->tx_attr->inject_size &&
+      fi_trecv(ep_, recv, bytes, nullptr, address, tag(index), 0, &in->context) == 0) {
+    ++pending_;
+    if (fi_tinject(ep_, send, bytes, address, tag(index)) == 0) return wait(in);
+    // The receive is posted: the send waits for room, or fails with the reason.
+    HVD_RETURN_IF_ERROR(this->send(peer, index, send, bytes).status());
+    return wait_all();
+  }
+  ops_.pop_back();
+  HVD_ASSIGN_OR_RETURN(Op * received, this->recv(peer, index, recv, bytes));
+  HVD_ASSIGN_OR_RETURN(Op * sent, this->send(peer, index, send, bytes));
+  HVD_RETURN_IF_ERROR(wait(received));
+  return wait(sent);
+}
+
 Result<bool> Endpoint::progress() {
   fi_cq_tagged_entry entries[16];
   const ssize_t n = fi_cq_read(cq_, entries, 16);
@@ -418,6 +428,7 @@ Result<bool> Endpoint::progress() {
                           " were expected (the ranks disagree on the call, its count or dtype)");
       }
       op->done = true;
+      --pending_;
     }
     return true;
   }
@@ -455,7 +466,7 @@ Status Endpoint::wait_all() {
     }
     return nullptr;
   };
-  return wait_until([&] { return first_pending() == nullptr; },
+  return wait_until([this] { return pending_ == 0; },
                     [&] {
                       const Op* op = first_pending();
                       return op != nullptr ? op->peer : -1;

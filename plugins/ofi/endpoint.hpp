@@ -63,7 +63,15 @@ class Endpoint {
 
   // Fails at once when the endpoint is broken or aborted; otherwise starts a call named `what`
   // ("allreduce"), whose messages are told apart from every other call's.
-  Status begin(const char* what);
+  Status begin(const char* what) {
+    if (aborted_.load(std::memory_order_relaxed) || broken_) return check_usable();
+    ++sequence_;
+    call_ = what;
+    // HVD_TIMEOUT bounds the call from its start, the failure's round of notices (blame)
+    // included: the host's watchdog ends a call at HVD_TIMEOUT + 1 s; the plugin returns first.
+    call_deadline_ = coarse_now() + call_budget_;
+    return Status::success();
+  }
   // The call's end: success, or `failure`, after which the endpoint is broken (see above).
   Status end(Status failure);
 
@@ -79,6 +87,10 @@ class Endpoint {
   Result<Op*> recv(int peer, uint32_t index, void* buffer, size_t bytes) {
     return post(false, peer, index, buffer, bytes);
   }
+
+  // One message each way with `peer`, `bytes` each, and the wait for both: a round of recursive
+  // doubling. When the provider takes both at once (the send inline), straight to it.
+  Status exchange(int peer, uint32_t index, const void* send, void* recv, size_t bytes);
 
   // Waits until `done()` holds, progressing; fails when nothing completes for the timeout (or on
   // abort, or a peer's notice). `waiting_for()` names the rank the caller waits on, for the error.
@@ -114,6 +126,7 @@ class Endpoint {
   Status timeout_failure(int peer);
   Status blame(hvd_status code, const std::string& what, int peer, const char* verdict);
   static constexpr int kSpinPolls = 64;
+  static std::chrono::steady_clock::time_point coarse_now();
   void nap(std::chrono::steady_clock::duration idle) const;
   uint64_t tag(uint32_t index) const;
 
@@ -145,11 +158,13 @@ class Endpoint {
   uint32_t sequence_ = 0;                                // calls begun, identical on every rank
   const char* call_ = "";                                // the call in progress
   std::chrono::steady_clock::time_point call_deadline_;  // its waits end by then (begin())
+  std::chrono::steady_clock::duration call_budget_{};    // HVD_TIMEOUT less the blame_grace()
   // How long a failing rank listens for its peers' notices (blame), within the call's timeout.
   std::chrono::milliseconds blame_grace() const {
     return std::min<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(500));
   }
   std::deque<Op> ops_;  // this call's, stable addresses
+  size_t pending_ = 0;  // of them, posted and not yet done
   int suspect_ = -1;    // the rank this endpoint's failure blames, if any
   bool notices_sent_ = false;
   bool notice_arrived_ = false;
