@@ -311,19 +311,17 @@ char* Collectives::scratch(size_t bytes) {
 // -----------------------------------------------------------------------------------
 
 Status Collectives::allreduce(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(ep_.begin("allreduce"));
-  const size_t bytes = args.count * hvd_dtype_size(args.dtype);
-  Status s;
-  if (ep_.size() == 1 || bytes < tuning_.ring_allreduce_bytes) {
-    s = allreduce_recursive_doubling(args);
-  } else {
+  return call("allreduce", [&]() -> Status {
+    const size_t bytes = args.count * hvd_dtype_size(args.dtype);
+    if (ep_.size() == 1 || bytes < tuning_.ring_allreduce_bytes) {
+      return allreduce_recursive_doubling(args);
+    }
     const Blocks blocks = Blocks::even(args.count, ep_.size());
     using Kind = RingPass::Kind;
     char* space = scratch(RingPass::scratch_bytes(tuning_, Kind::kAllreduce, blocks,
                                                   hvd_dtype_size(args.dtype), ep_.size()));
-    s = RingPass(ep_, tuning_, Kind::kAllreduce, args, blocks, space).run();
-  }
-  return ep_.end(std::move(s));
+    return RingPass(ep_, tuning_, Kind::kAllreduce, args, blocks, space).run();
+  });
 }
 
 // Ranks past the largest power of two p fold into a partner first (rank 2i into 2i+1, for the
@@ -394,59 +392,56 @@ Status Collectives::allreduce_recursive_doubling(const hvd_collective_args& args
 // -------------------------------------------------------------------
 
 Status Collectives::reduce_scatter(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(ep_.begin("reduce_scatter"));
-  const int n = ep_.size();
-  const size_t esize = hvd_dtype_size(args.dtype);
-  Status s;
-  if (n == 1) {
-    if (args.sendbuf != args.recvbuf && args.count > 0) {
-      std::memcpy(args.recvbuf, args.sendbuf, args.count * esize);
+  return call("reduce_scatter", [&]() -> Status {
+    const int n = ep_.size();
+    const size_t esize = hvd_dtype_size(args.dtype);
+    if (n == 1) {
+      if (args.sendbuf != args.recvbuf && args.count > 0) {
+        std::memcpy(args.recvbuf, args.sendbuf, args.count * esize);
+      }
+      if (args.op != HVD_AVERAGE) return Status::success();
+      return reduce_status(hvd_divide(args.recvbuf, args.count, args.dtype, 1));
     }
-    if (args.op == HVD_AVERAGE)
-      s = reduce_status(hvd_divide(args.recvbuf, args.count, args.dtype, 1));
-  } else {
     // Every block holds `count` elements: the input is count * n, block b is rank b's.
     std::vector<uint64_t> counts(static_cast<size_t>(n), args.count);
     const Blocks blocks = Blocks::of_counts(counts.data(), n);
     using Kind = RingPass::Kind;
     char* space = scratch(RingPass::scratch_bytes(tuning_, Kind::kReduceScatter, blocks, esize, n));
-    s = RingPass(ep_, tuning_, Kind::kReduceScatter, args, blocks, space).run();
-  }
-  return ep_.end(std::move(s));
+    return RingPass(ep_, tuning_, Kind::kReduceScatter, args, blocks, space).run();
+  });
 }
 
 Status Collectives::allgather(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(ep_.begin("allgather"));
-  const int n = ep_.size();
-  const int r = ep_.rank();
-  const size_t esize = hvd_dtype_size(args.dtype);
-  std::vector<uint64_t> even(static_cast<size_t>(n), args.count);
-  const Blocks blocks =
-      Blocks::of_counts(args.recv_counts != nullptr ? args.recv_counts : even.data(), n);
-  char* mine = static_cast<char*>(args.recvbuf) + blocks.offset[static_cast<size_t>(r)] * esize;
-  if (args.sendbuf != mine && args.count > 0) std::memcpy(mine, args.sendbuf, args.count * esize);
-  Status s;
-  if (n > 1) s = RingPass(ep_, tuning_, RingPass::Kind::kAllgather, args, blocks, nullptr).run();
-  return ep_.end(std::move(s));
+  return call("allgather", [&]() -> Status {
+    const int n = ep_.size();
+    const int r = ep_.rank();
+    const size_t esize = hvd_dtype_size(args.dtype);
+    std::vector<uint64_t> even(static_cast<size_t>(n), args.count);
+    const Blocks blocks =
+        Blocks::of_counts(args.recv_counts != nullptr ? args.recv_counts : even.data(), n);
+    char* mine = static_cast<char*>(args.recvbuf) + blocks.offset[static_cast<size_t>(r)] * esize;
+    if (args.sendbuf != mine && args.count > 0) std::memcpy(mine, args.sendbuf, args.count * esize);
+    if (n == 1) return Status::success();
+    return RingPass(ep_, tuning_, RingPass::Kind::kAllgather, args, blocks, nullptr).run();
+  });
 }
 
 // ---- broadcast
 // -----------------------------------------------------------------------------------
 
 Status Collectives::broadcast(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(ep_.begin("broadcast"));
-  const size_t bytes = args.count * hvd_dtype_size(args.dtype);
-  if (ep_.rank() == args.root && args.sendbuf != args.recvbuf && bytes > 0) {
-    std::memcpy(args.recvbuf, args.sendbuf, bytes);
-  }
-  Status s;
-  if (ep_.size() > 2 && bytes >= tuning_.scatter_broadcast_bytes &&
-      args.count >= static_cast<uint64_t>(ep_.size())) {
-    s = broadcast_scatter_allgather(args);
-  } else if (ep_.size() > 1 && bytes > 0) {
-    s = broadcast_tree(args);
-  }
-  return ep_.end(std::move(s));
+  return call("broadcast", [&]() -> Status {
+    const size_t bytes = args.count * hvd_dtype_size(args.dtype);
+    if (ep_.rank() == args.root && args.sendbuf != args.recvbuf && bytes > 0) {
+      std::memcpy(args.recvbuf, args.sendbuf, bytes);
+    }
+    if (ep_.size() > 2 && bytes >= tuning_.scatter_broadcast_bytes &&
+        args.count >= static_cast<uint64_t>(ep_.size())) {
+      return broadcast_scatter_allgather(args);
+    }
+    if (ep_.size() > 1 && bytes > 0) return broadcast_tree(args);
+    return Status::success();
+  });
 }
 
 // Rank v (relative to the root) receives from v minus its lowest set bit, then sends to v + 2^i
@@ -502,33 +497,28 @@ Status Collectives::broadcast_scatter_allgather(const hvd_collective_args& args)
 // Round i: send to r + 2^i, receive from r - 2^i. After ceil(log2 n) rounds every rank has heard,
 // through some chain, from every other.
 Status Collectives::barrier() {
-  HVD_RETURN_IF_ERROR(ep_.begin("barrier"));
-  const int n = ep_.size();
-  const int r = ep_.rank();
-  Status s;
-  uint32_t round = 0;
-  for (int distance = 1; distance < n && s.ok(); distance <<= 1, ++round) {
-    Result<Op*> in = ep_.recv(mod(r - distance, n), round, nullptr, 0);
-    if (!in.ok()) {
-      s = in.status();
-      break;
+  return call("barrier", [&]() -> Status {
+    const int n = ep_.size();
+    const int r = ep_.rank();
+    uint32_t round = 0;
+    for (int distance = 1; distance < n; distance <<= 1, ++round) {
+      HVD_RETURN_IF_ERROR(ep_.recv(mod(r - distance, n), round, nullptr, 0).status());
+      HVD_RETURN_IF_ERROR(ep_.send(mod(r + distance, n), round, nullptr, 0).status());
+      HVD_RETURN_IF_ERROR(ep_.wait_all());
     }
-    s = ep_.send(mod(r + distance, n), round, nullptr, 0).status();
-    if (s.ok()) s = ep_.wait_all();
-  }
-  return ep_.end(std::move(s));
+    return Status::success();
+  });
 }
 
 Status Collectives::alltoall(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(ep_.begin("alltoall"));
-  const int n = ep_.size();
-  const int r = ep_.rank();
-  const size_t esize = hvd_dtype_size(args.dtype);
-  const Blocks out = Blocks::of_counts(args.send_counts, n);
-  const Blocks in = Blocks::of_counts(args.recv_counts, n);
-  const char* send = static_cast<const char*>(args.sendbuf);
-  char* recv = static_cast<char*>(args.recvbuf);
-  auto run = [&]() -> Status {
+  return call("alltoall", [&]() -> Status {
+    const int n = ep_.size();
+    const int r = ep_.rank();
+    const size_t esize = hvd_dtype_size(args.dtype);
+    const Blocks out = Blocks::of_counts(args.send_counts, n);
+    const Blocks in = Blocks::of_counts(args.recv_counts, n);
+    const char* send = static_cast<const char*>(args.sendbuf);
+    char* recv = static_cast<char*>(args.recvbuf);
     // Receives first, from r-1 down; sends to r+1 up: no pair waits on a full queue for long.
     for (int i = 1; i < n; ++i) {
       const int peer = mod(r - i, n);
@@ -551,8 +541,7 @@ Status Collectives::alltoall(const hvd_collective_args& args) {
                   out.count[me] * esize);
     }
     return ep_.wait_all();
-  };
-  return ep_.end(run());
+  });
 }
 
 }  // namespace hvd::ofi

@@ -17,6 +17,7 @@
 #define HVD_OFI_COLLECTIVES_HPP
 
 #include <cstddef>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,20 @@ class Collectives {
   Status broadcast_scatter_allgather(const hvd_collective_args& args);
   // A scratch buffer of at least `bytes`, kept across calls.
   char* scratch(size_t bytes);
+  // Runs `body` (a Status) as one call of the endpoint, named `what`: begun, and ended however
+  // the body ends, an exception (no memory for a record or a buffer) included, so that a failure
+  // always breaks the endpoint and cancels what the call had posted.
+  template <typename Body>
+  Status call(const char* what, Body&& body) {
+    HVD_RETURN_IF_ERROR(ep_.begin(what));
+    Status status;
+    try {
+      status = body();
+    } catch (const std::exception& e) {
+      status = Status(HVD_ERR_SYSTEM, std::string("ofi ") + what + ": " + e.what());
+    }
+    return ep_.end(std::move(status));
+  }
 
   Endpoint& ep_;
   Tuning tuning_;

@@ -15,6 +15,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -427,8 +428,7 @@ Result<bool> Endpoint::progress() {
                           std::to_string(op->bytes) +
                           " were expected (the ranks disagree on the call, its count or dtype)");
       }
-      op->done = true;
-      --pending_;
+      complete(op);
     }
     return true;
   }
@@ -438,7 +438,8 @@ Result<bool> Endpoint::progress() {
   const ssize_t read = fi_cq_readerr(cq_, &error, 0);
   if (read != 1) return fabric_error("fi_cq_readerr", read);
   const Op* op = static_cast<const Op*>(error.op_context);
-  const std::string detail = fi_strerror(error.err) + std::string(" (") +
+  const int err = std::abs(error.err);  // shm reports its errors negated
+  const std::string detail = fi_strerror(err) + std::string(" (") +
                              fi_cq_strerror(cq_, error.prov_errno, error.err_data, nullptr, 0) +
                              ")";
   if (op == &notice_op_) {
@@ -451,12 +452,18 @@ Result<bool> Endpoint::progress() {
   }
   const std::string what = std::string("ofi ") + call_ + ": " +
                            (op->is_send ? "sending to " : "receiving from ") + name_of(op->peer);
-  if (error.err == FI_ETRUNC || error.err == -FI_ETRUNC) {  // shm reports it negated
+  if (err == FI_ETRUNC) {
     return Status(HVD_ERR_MISMATCH, what + ": it sent more than the " + std::to_string(op->bytes) +
                                         " bytes expected (the ranks disagree on the call, its "
                                         "count or dtype)");
   }
   return blame(HVD_ERR_REMOTE, what + " failed: " + detail, op->peer, "failed or is unreachable");
+}
+
+void Endpoint::complete(Op* op) {
+  if (op == nullptr || op->done) return;  // a failed fi_tinject's error has no Op
+  op->done = true;
+  --pending_;
 }
 
 Status Endpoint::wait_all() {
@@ -528,7 +535,7 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int peer, const
     for (ssize_t i = 0; i < n; ++i) {
       Op* op = static_cast<Op*>(entries[i].op_context);
       if (op != &notice_op_) {
-        op->done = true;
+        complete(op);
         continue;
       }
       if (notice_.rank >= 0 && notice_.rank < size_) {

@@ -100,7 +100,7 @@ class Endpoint {
   Status wait(const Op* op) {
     return wait_until([op] { return op->done; }, [op] { return op->peer; });
   }
-  // Waits for every Op posted in this call.
+  // Waits until none of this call's posts is in flight.
   Status wait_all();
 
   // From any thread: make a call in progress fail soon, and every later call fail at once.
@@ -118,6 +118,8 @@ class Endpoint {
   // Reads what completed, without waiting. True when anything did. A peer's notice is an error
   // with notice_arrived_ set: wait_until makes it notice_failure(the rank it waits for).
   Result<bool> progress();
+  // Marks a posted Op done (once), counting it out of pending_.
+  void complete(Op* op);
   Result<Op*> post(bool is_send, int peer, uint32_t index, void* buffer, size_t bytes);
   void break_endpoint(hvd_status code);
   void send_notices(hvd_status code);
