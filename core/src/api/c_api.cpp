@@ -122,17 +122,16 @@ hvd::Status check_size(size_t struct_size, size_t size_1_0, const char* type) {
                         " bytes of its first version: set it to sizeof(" + type + ")");
 }
 
-hvd::Result<hvd_collective_args> make_args(const void* sendbuf, void* recvbuf, uint64_t count,
-                                           hvd_dtype dtype, const hvd_placement* placement) {
-  hvd_collective_args args = hvd::core::host_args(sendbuf, recvbuf, count, dtype);
-  if (placement != nullptr) {
-    HVD_RETURN_IF_ERROR(
-        check_size(placement->struct_size, HVD_PLACEMENT_SIZE_1_0, "hvd_placement"));
-    args.memory_type = placement->memory_type;
-    args.device = placement->device;
-    args.stream = placement->stream;
-  }
-  return args;
+// Moves host arguments to the memory `placement` names (null: host memory). It changes `args` in
+// place: built in a Result and copied out, they cost the host's fast path more than its locks
+// (the copy's wide loads stall on the narrow stores just made).
+hvd::Status place(hvd_collective_args& args, const hvd_placement* placement) {
+  if (placement == nullptr) return hvd::Status::success();
+  HVD_RETURN_IF_ERROR(check_size(placement->struct_size, HVD_PLACEMENT_SIZE_1_0, "hvd_placement"));
+  args.memory_type = placement->memory_type;
+  args.device = placement->device;
+  args.stream = placement->stream;
+  return hvd::Status::success();
 }
 
 // A barrier once the scheduler runs: a one-element allreduce in a dtype and op the backend
@@ -787,8 +786,8 @@ const char* hvd_backend_name(const hvd_comm* comm) {
 hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
                          hvd_dtype dtype, hvd_reduce_op op, const hvd_placement* placement) {
   return guarded([&] {
-    HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
-                         make_args(sendbuf, recvbuf, count, dtype, placement));
+    hvd_collective_args args = hvd::core::host_args(sendbuf, recvbuf, count, dtype);
+    HVD_RETURN_IF_ERROR(place(args, placement));
     args.op = op;
     return collective(
         comm, "hvd_allreduce", OpType::kAllreduce, args,
@@ -800,8 +799,8 @@ hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
 hvd_status hvd_allgather(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
                          hvd_dtype dtype, const hvd_placement* placement) {
   return guarded([&] {
-    HVD_ASSIGN_OR_RETURN(const hvd_collective_args args,
-                         make_args(sendbuf, recvbuf, count, dtype, placement));
+    hvd_collective_args args = hvd::core::host_args(sendbuf, recvbuf, count, dtype);
+    HVD_RETURN_IF_ERROR(place(args, placement));
     return collective(
         comm, "hvd_allgather", OpType::kAllgather, args,
         [&](Communicator& c) { return c.check_allgather(args); },
@@ -816,8 +815,8 @@ hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
     if (recv_counts == nullptr)
       return hvd::error(HVD_ERR_INVALID_ARGUMENT, "allgatherv: recv_counts is NULL");
     const int rank = hvd_rank(comm);
-    HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
-                         make_args(sendbuf, recvbuf, 0, dtype, placement));
+    hvd_collective_args args = hvd::core::host_args(sendbuf, recvbuf, 0, dtype);
+    HVD_RETURN_IF_ERROR(place(args, placement));
     args.count = rank >= 0 ? recv_counts[rank] : 0;
     args.recv_counts = recv_counts;
     return collective(
@@ -830,8 +829,8 @@ hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
 hvd_status hvd_broadcast(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
                          hvd_dtype dtype, int root, const hvd_placement* placement) {
   return guarded([&] {
-    HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
-                         make_args(sendbuf, recvbuf, count, dtype, placement));
+    hvd_collective_args args = hvd::core::host_args(sendbuf, recvbuf, count, dtype);
+    HVD_RETURN_IF_ERROR(place(args, placement));
     args.root = root;
     return collective(
         comm, "hvd_broadcast", OpType::kBroadcast, args,
@@ -862,8 +861,8 @@ hvd_status hvd_barrier(hvd_comm* comm) {
 hvd_status hvd_reduce_scatter(hvd_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
                               hvd_dtype dtype, hvd_reduce_op op, const hvd_placement* placement) {
   return guarded([&] {
-    HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
-                         make_args(sendbuf, recvbuf, count, dtype, placement));
+    hvd_collective_args args = hvd::core::host_args(sendbuf, recvbuf, count, dtype);
+    HVD_RETURN_IF_ERROR(place(args, placement));
     args.op = op;
     return collective(
         comm, "hvd_reduce_scatter", OpType::kReduceScatter, args,
@@ -882,8 +881,8 @@ hvd_status hvd_alltoall(hvd_comm* comm, const void* sendbuf, const uint64_t* sen
       return hvd::error(HVD_ERR_INVALID_ARGUMENT, "hvd_alltoall: send_counts is NULL");
     }
     const int size = c->impl->size();
-    HVD_ASSIGN_OR_RETURN(hvd_collective_args args,
-                         make_args(sendbuf, recvbuf, 0, dtype, placement));
+    hvd_collective_args args = hvd::core::host_args(sendbuf, recvbuf, 0, dtype);
+    HVD_RETURN_IF_ERROR(place(args, placement));
     args.send_counts = send_counts;
     for (int r = 0; r < size; ++r) {
       if (__builtin_add_overflow(args.count, send_counts[r], &args.count)) {
