@@ -6,7 +6,8 @@
 //
 // Every collective call is a Call: its messages carry the call's sequence number in their tags, so
 // a late message of one call never matches a receive of the next. Progress is the caller's: it
-// reads the completion queue while it waits, spinning briefly, then yielding, then napping, so
+// reads the completion queue while it waits, spinning briefly, then sleeping on the queue's file
+// descriptor where the provider has one (tcp;ofi_rxm), or else (shm) yielding, then napping, so
 // that 3 or 4 ranks on 2 cores still move. A wait that sees no completion for the timeout fails,
 // naming the rank it waits for.
 //
@@ -145,6 +146,7 @@ class Endpoint {
   fid_cq* cq_ = nullptr;
   fid_av* av_ = nullptr;
   fid_ep* ep_ = nullptr;
+  int wait_fd_ = -1;  // the completion queue's, where the provider has one (not shm)
   std::vector<fi_addr_t> addresses_;  // by communicator rank
 
   // A rank's notice that it gave up: who it is, its error, and the rank its error blames (the
