@@ -175,10 +175,9 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_TAGGED;
   cq_attr.size = info_->rx_attr->size + info_->tx_attr->size;
-  // The caller polls (wait_until). Past its spin, a network provider's wait sleeps in the kernel
-  // on the queue's descriptor until data comes: where ranks share cores (3 on 2 here), yielding
-  // spins starved the other ranks and the kernel's TCP work (busbw 0.7 against 1.0 GB/s, 3
-  // namespace hosts). shm keeps yielding: its peers write its memory, which wakes no descriptor.
+  // The caller polls (wait_until). Past its spin, a wait sleeps in the kernel on the queue's
+  // descriptor, leaving the core to the ranks that share it and to the kernel's TCP work. shm is
+  // not asked for one: its peers write its memory, which wakes no descriptor.
   cq_attr.wait_obj = provider == "shm" ? FI_WAIT_NONE : FI_WAIT_FD;
   code = fi_cq_open(domain_, &cq_attr, &cq_, nullptr);
   if (code != 0 && cq_attr.wait_obj != FI_WAIT_NONE) {
@@ -325,6 +324,7 @@ void Endpoint::send_notices(hvd_status code) {
 void Endpoint::break_endpoint(hvd_status code) {
   broken_ = true;
   send_notices(code);
+  // No wait follows (begin() refuses a broken endpoint): nap() must not run after close_fid(ep_).
   if (!leave_open_when_broken_) {
     close_fid(ep_);  // cancels every posted operation: nothing touches the caller's buffers after
     ops_.clear();
@@ -569,15 +569,22 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int peer, const
   return Status(code, what + chain + ": " + name_of(suspect_) + " " + verdict);
 }
 
-// After the spin: sleep on the completion queue's descriptor where it has one (a millisecond at
-// most, so that the deadline and an abort are seen), or yield, then sleep: a long wait (a peer
-// still computing) must not take a core from the ranks that share it.
+// After the spin: sleep on the completion queue's descriptor where it has one, a millisecond at
+// most, so that the deadline and an abort are seen. Where it has none, or the provider says
+// something is pending (its try found completions, which the next progress() reads), yield, then
+// sleep: a long wait (a peer still computing) must not take a core from the ranks that share it.
+// Never after close_fid(ep_): ofi_rxm's endpoint stays in the queue's wait set (break_endpoint).
 void Endpoint::nap(std::chrono::steady_clock::duration idle) const {
   if (wait_fd_ >= 0) {
     fid* queue = &cq_->fid;
-    if (fi_trywait(fabric_, &queue, 1) == FI_SUCCESS) {
-      pollfd readable{wait_fd_, POLLIN, 0};
-      (void)poll(&readable, 1, 1);
+    const int tried = fi_trywait(fabric_, &queue, 1);
+    if (tried == FI_SUCCESS) {
+      pollfd ready{wait_fd_, POLLIN | POLLOUT, 0};
+      (void)poll(&ready, 1, 1);
+      return;
+    }
+    if (tried == -FI_EAGAIN) {
+      sched_yield();
       return;
     }
   }

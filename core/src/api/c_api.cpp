@@ -122,9 +122,10 @@ hvd::Status check_size(size_t struct_size, size_t size_1_0, const char* type) {
                         " bytes of its first version: set it to sizeof(" + type + ")");
 }
 
-// Moves host arguments to the memory `placement` names (null: host memory). It changes `args` in
-// place: built in a Result and copied out, they cost the host's fast path more than its locks
-// (the copy's wide loads stall on the narrow stores just made).
+// Sets the memory type, device and stream `placement` names on `args` (null: they stay host
+// memory); fails where its struct_size is below version 1.0's. It fills the caller's `args`
+// rather than returning a copy: on the fast path, a copy's wide loads stall on the narrow stores
+// just made.
 hvd::Status place(hvd_collective_args& args, const hvd_placement* placement) {
   if (placement == nullptr) return hvd::Status::success();
   HVD_RETURN_IF_ERROR(check_size(placement->struct_size, HVD_PLACEMENT_SIZE_1_0, "hvd_placement"));
