@@ -7,8 +7,8 @@
 // Every collective call is a Call: its messages carry the call's sequence number in their tags, so
 // a late message of one call never matches a receive of the next. Progress is the caller's: it
 // reads the completion queue while it waits, spinning briefly, then sleeping on the queue's file
-// descriptor where the provider has one (tcp;ofi_rxm), or else (shm) yielding, then napping, so
-// that 3 or 4 ranks on 2 cores still move. A wait that sees no completion for the timeout fails,
+// descriptor over ofi_rxm, or else (shm) yielding, then napping, so that 3 or 4 ranks on 2 cores
+// still move. A wait that sees no completion for the timeout fails,
 // naming the rank it waits for.
 //
 // A call that fails (timeout, a peer's error completion, abort, a message of the wrong size)
