@@ -29,10 +29,11 @@ namespace hvd::ofi {
 // The algorithms' knobs, from the environment (docs/performance.md gives the measurements
 // behind the defaults).
 struct Tuning {
-  // Over a network, ofi_rxm fetches each message above its eager size with a rendezvous of its
-  // own: fewer, larger segments pay fewer of them (3 namespace hosts against Gloo: the median
-  // row 1.24-1.38x with 4 MiB, 0.75-1.01x with 256 KiB; 8 MiB gave less than 4).
-  static constexpr size_t kNetworkSegmentBytes = size_t{4} << 20;
+  // Over a network: ofi_rxm's eager limit is set to it (ofi_backend.cpp), so every segment goes
+  // without a rendezvous, and a message that comes before its receive is held in a buffer of at
+  // most this size (3 namespace hosts against Gloo, four runs: the smallest row 1.21-1.28x with
+  // 1 MiB, 1.06-1.20x with 4 MiB; docs/performance.md).
+  static constexpr size_t kNetworkSegmentBytes = size_t{1} << 20;
 
   size_t ring_allreduce_bytes = 64 << 10;    // HVD_OFI_RING_ALLREDUCE_BYTES
   size_t scatter_broadcast_bytes = 1 << 20;  // HVD_OFI_SCATTER_BROADCAST_BYTES

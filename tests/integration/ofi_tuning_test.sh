@@ -1,26 +1,39 @@
 #!/usr/bin/env bash
-# The ofi backend's ring segments: 256 KiB on shm, 4 MiB over a network provider (tcp;ofi_rxm),
-# HVD_OFI_SEGMENT_BYTES over either; what rank 0's init log says, from a 2-rank job that passes.
+# The ofi backend's ring segments: 256 KiB on shm, 1 MiB over a network provider (tcp;ofi_rxm),
+# HVD_OFI_SEGMENT_BYTES over either; over ofi_rxm its eager limit follows the segments unless
+# FI_OFI_RXM_EAGER_LIMIT is set. What rank 0's init log says, and what rxm itself says it uses,
+# from 2-rank jobs that pass.
 #
 #   ofi_tuning_test.sh HVDRUN HELLO_ALLREDUCE
 set -euo pipefail
 hvdrun=$1 hello=$2
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-segments_of() {  # the job's init line, after checking that the job passed
-  local log
-  log=$(env -u HVD_OFI_PROVIDER -u HVD_OFI_SEGMENT_BYTES HVD_LOG_LEVEL=info "$@" \
+log=""
+run_job() {  # the job's log in $log, after checking that the job passed
+  log=$(env -u HVD_OFI_PROVIDER -u HVD_OFI_SEGMENT_BYTES -u FI_OFI_RXM_EAGER_LIMIT \
+    HVD_LOG_LEVEL=info FI_LOG_LEVEL=info FI_LOG_PROV=ofi_rxm "$@" \
     "$hvdrun" -np 2 --backend ofi --timeout 60 -- "$hello" 2>&1) ||
     { echo "$log" >&2; fail "the job failed ($*)"; }
-  echo "$log" | grep -o "ofi: provider .*" | head -1 || true
 }
+init_line() { echo "$log" | grep -o "ofi: provider .*" | head -1 || true; }
+# rxm's own account, once per endpoint: "Protocol limits: Eager: N, SAR: N"
+rxm_eager() { echo "$log" | grep -o "Protocol limits: Eager: [0-9]*" | sort -u | tr '\n' ' '; }
 
-line=$(segments_of)
-[[ "$line" == "ofi: provider shm "*"ring segments of 262144 B" ]] || fail "shm: '$line'"
-line=$(segments_of "HVD_OFI_PROVIDER=tcp;ofi_rxm")
-[[ "$line" == "ofi: provider tcp;ofi_rxm "*"ring segments of 4194304 B" ]] || fail "tcp: '$line'"
-line=$(segments_of "HVD_OFI_PROVIDER=tcp;ofi_rxm" HVD_OFI_SEGMENT_BYTES=65536)
-[[ "$line" == *"ring segments of 65536 B" ]] || fail "HVD_OFI_SEGMENT_BYTES on tcp: '$line'"
-line=$(segments_of HVD_OFI_SEGMENT_BYTES=1048576)
-[[ "$line" == *"ring segments of 1048576 B" ]] || fail "HVD_OFI_SEGMENT_BYTES on shm: '$line'"
-echo "PASS: shm 256 KiB, tcp;ofi_rxm 4 MiB, HVD_OFI_SEGMENT_BYTES over both"
+run_job
+[[ "$(init_line)" == "ofi: provider shm "*"ring segments of 262144 B" ]] || fail "shm: '$(init_line)'"
+run_job "HVD_OFI_PROVIDER=tcp;ofi_rxm"
+[[ "$(init_line)" == "ofi: provider tcp;ofi_rxm "*"ring segments of 1048576 B, ofi_rxm's eager limit 1048576 B" ]] ||
+  fail "tcp: '$(init_line)'"
+[[ "$(rxm_eager)" == "Protocol limits: Eager: 1048576 " ]] || fail "tcp, rxm says: '$(rxm_eager)'"
+run_job "HVD_OFI_PROVIDER=tcp;ofi_rxm" HVD_OFI_SEGMENT_BYTES=65536
+[[ "$(init_line)" == *"ring segments of 65536 B, ofi_rxm's eager limit 65536 B" ]] ||
+  fail "HVD_OFI_SEGMENT_BYTES on tcp: '$(init_line)'"
+[[ "$(rxm_eager)" == "Protocol limits: Eager: 65536 " ]] || fail "65536 on tcp, rxm says: '$(rxm_eager)'"
+run_job "HVD_OFI_PROVIDER=tcp;ofi_rxm" FI_OFI_RXM_EAGER_LIMIT=32768
+[[ "$(init_line)" == *"ring segments of 1048576 B, ofi_rxm's eager limit 32768 B" ]] ||
+  fail "the user's FI_OFI_RXM_EAGER_LIMIT: '$(init_line)'"
+[[ "$(rxm_eager)" == "Protocol limits: Eager: 32768 " ]] || fail "the user's limit, rxm says: '$(rxm_eager)'"
+run_job HVD_OFI_SEGMENT_BYTES=1048576
+[[ "$(init_line)" == *"ring segments of 1048576 B" ]] || fail "HVD_OFI_SEGMENT_BYTES on shm: '$(init_line)'"
+echo "PASS: shm 256 KiB; tcp;ofi_rxm 1 MiB with rxm's eager limit the same; HVD_OFI_SEGMENT_BYTES over both; the user's FI_OFI_RXM_EAGER_LIMIT kept"
