@@ -14,7 +14,8 @@
 #      call: libfabric alone over MPI_Allreduce (the floor libfabric's provider sets), ofi
 #      through hvd over libfabric alone (what hvd adds), and ofi over MPI_Allreduce in that loop.
 #   3. 3 network-namespace hosts on tcp;ofi_rxm, links not capped, 1-64 MiB: ofi's busbw over
-#      Gloo's (the smallest ratio over the sizes). Needs root; --no-hosts leaves it out.
+#      Gloo's (the smallest and the median ratio over the sizes, in and out of place). Needs
+#      root; --no-hosts leaves it out.
 # Each job's JSON is kept in --out (default: a temporary directory, printed).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,14 +67,16 @@ for i in $(seq 1 "$runs"); do
     "$root/bench/netns_bench.sh" --bin "$bin" --hosts 3 -- --backend ofi,gloo --compare gloo \
       -b 1M -e 64M -f 4 -J "$out/hosts3-$i.json" > "$out/hosts3-$i.txt"
     jq -r '[.results[] | select(.backend == "ofi") | .compare.ratio_out_of_place, .compare.ratio_in_place]
-           | "three_hosts_min_vs_gloo \(min)"' "$out/hosts3-$i.json" >> "$ratios"
+           | "three_hosts_min_vs_gloo \(min)\nthree_hosts_median_vs_gloo \(sort | (.[3] + .[4]) / 2)"' \
+      "$out/hosts3-$i.json" >> "$ratios"
   fi
 done
 
 echo "# goal                                       median   (runs)"
 for key in vs_mpi_backend_oop vs_mpi_backend_ip vs_MPI_Allreduce_oop vs_MPI_Allreduce_ip \
            vs_memcpy_oop vs_memcpy_ip p50_over_MPI_Allreduce libfabric_alone_over_MPI_Allreduce \
-           hvd_ofi_over_libfabric_alone same_loop_ofi_over_MPI_Allreduce three_hosts_min_vs_gloo; do
+           hvd_ofi_over_libfabric_alone same_loop_ofi_over_MPI_Allreduce three_hosts_min_vs_gloo \
+           three_hosts_median_vs_gloo; do
   values=$(awk -v k="$key" '$1 == k {printf "%.3f\n", $2}' "$ratios")
   [ -n "$values" ] || continue
   printf "%-44s %6s   (%s)\n" "$key" "$(echo "$values" | median)" "$(echo "$values" | tr '\n' ' ' | sed 's/ $//')"

@@ -33,10 +33,20 @@ constexpr uint64_t kSequenceMask = (uint64_t{1} << 24) - 1;
 constexpr size_t kNameBytes = 256;
 struct NameRecord {
   uint32_t length = 0;
-  char provider[60] = {};
+  char provider[44] = {};
+  // ofi_rxm's limits in this rank's environment (0: unset, or not ofi_rxm), which rxm requires
+  // to be the same on both ends of a connection.
+  uint64_t rxm_eager_limit = 0;
+  uint64_t rxm_buffer_size = 0;
   unsigned char name[kNameBytes - 64] = {};
 };
 static_assert(sizeof(NameRecord) == kNameBytes);
+
+// A whole number in the environment, 0 where unset or not a number.
+uint64_t number_in_env(const char* name) {
+  const char* text = std::getenv(name);
+  return text != nullptr ? std::strtoull(text, nullptr, 10) : 0;
+}
 
 Status fabric_error(const char* what, ssize_t code) {
   return Status(HVD_ERR_SYSTEM,
@@ -108,7 +118,8 @@ std::chrono::steady_clock::time_point Endpoint::coarse_now() {
 }
 
 Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
-                                                 const std::string& provider) {
+                                                 const std::string& provider,
+                                                 size_t message_bytes) {
   std::unique_ptr<Endpoint> ep(new Endpoint());
   ep->rank_ = ctx.rank;
   ep->size_ = ctx.size;
@@ -116,7 +127,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
   ep->timeout_ = ctx.timeout;
   ep->call_budget_ = ep->timeout_ - ep->blame_grace();
   ep->provider_ = provider;
-  HVD_RETURN_IF_ERROR(ep->open_objects(ctx, provider));
+  HVD_RETURN_IF_ERROR(ep->open_objects(ctx, provider, message_bytes));
   HVD_RETURN_IF_ERROR(ep->connect(ctx));
   HVD_RETURN_IF_ERROR(ep->post_notice_receive());
   return ep;
@@ -141,7 +152,8 @@ Endpoint::~Endpoint() {
   if (info_ != nullptr) fi_freeinfo(info_);
 }
 
-Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& provider) {
+Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& provider,
+                              size_t message_bytes) {
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) return Status(HVD_ERR_SYSTEM, "ofi: fi_allocinfo failed");
   // Reliable datagrams with tagged messages matched by source. No memory registration: hvd asks
@@ -168,6 +180,20 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
                       fi_strerror(-found) +
                       "); HVD_OFI_PROVIDER chooses one of those `fi_info -t FI_EP_RDM` lists");
   }
+  const bool rxm = std::string(info_->fabric_attr->prov_name).find("ofi_rxm") != std::string::npos;
+  std::string limits;
+  if (rxm) {
+    // Over tcp, ofi_rxm hands a tagged send up to its eager limit straight to tcp, which lands it
+    // in the posted receive; a larger one waits for a rendezvous of three legs, each needing a
+    // rank of a busy host to progress it. So the collectives' messages go eagerly. rxm reads the
+    // limit from the environment as it opens an endpoint (libfabric 1.17 to 1.19, over tcp); a
+    // limit the user set stays. It sends the limit as 32 bits: at most 1 GiB here.
+    const size_t eager = std::min<size_t>(message_bytes, size_t{1} << 30);
+    ::setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(eager).c_str(), 0);
+    rxm_eager_limit_ = number_in_env("FI_OFI_RXM_EAGER_LIMIT");
+    rxm_buffer_size_ = number_in_env("FI_OFI_RXM_BUFFER_SIZE");
+    limits = ", FI_OFI_RXM_EAGER_LIMIT=" + std::to_string(rxm_eager_limit_);
+  }
   int code = fi_fabric(info_->fabric_attr, &fabric_, nullptr);
   if (code != 0) return fabric_error("fi_fabric", code);
   code = fi_domain(fabric_, info_, &domain_, nullptr);
@@ -179,7 +205,6 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
   // queue's descriptor, leaving the core to the ranks that share it and to the kernel's TCP work.
   // Only there: shm's peers write its memory, which wakes no descriptor, and net's stays readable
   // with nothing to read, so a wait on it would spin through poll (busbw 0.6 against 1.5 GB/s).
-  const bool rxm = std::string(info_->fabric_attr->prov_name).find("ofi_rxm") != std::string::npos;
   cq_attr.wait_obj = rxm ? FI_WAIT_FD : FI_WAIT_NONE;
   code = fi_cq_open(domain_, &cq_attr, &cq_, nullptr);
   if (code != 0 && cq_attr.wait_obj != FI_WAIT_NONE) {
@@ -206,7 +231,7 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
   // Only where data moves when this rank progresses it: then a transfer left posted stays still.
   leave_open_when_broken_ = rxm && info_->domain_attr->data_progress == FI_PROGRESS_MANUAL;
   description_ = std::string(info_->fabric_attr->prov_name) + " on " + info_->domain_attr->name +
-                 ", fabric " + info_->fabric_attr->name;
+                 ", fabric " + info_->fabric_attr->name + limits;
   return Status::success();
 }
 
@@ -217,6 +242,8 @@ Status Endpoint::connect(const sdk::InitContext& ctx) {
   if (code != 0) return fabric_error("fi_getname", code);
   mine.length = static_cast<uint32_t>(length);
   std::strncpy(mine.provider, info_->fabric_attr->prov_name, sizeof(mine.provider) - 1);
+  mine.rxm_eager_limit = rxm_eager_limit_;
+  mine.rxm_buffer_size = rxm_buffer_size_;
   std::vector<NameRecord> all(static_cast<size_t>(size_));
   HVD_RETURN_IF_ERROR(ctx.host.oob_allgather(&mine, sizeof(mine), all.data(), ctx.timeout)
                           .with_context("ofi: exchanging endpoint names"));
@@ -233,6 +260,26 @@ Status Endpoint::connect(const sdk::InitContext& ctx) {
       }
       return Status(HVD_ERR_MISMATCH, "ofi: the ranks use different libfabric providers (" + list +
                                           "); set the same HVD_OFI_PROVIDER on every rank");
+    }
+  }
+  // ofi_rxm refuses a connection between endpoints whose eager limits differ, and the sends
+  // would wait for it until the timeout: say so now, the same on every rank.
+  for (int r = 0; r < size_; ++r) {
+    const NameRecord& theirs = all[static_cast<size_t>(r)];
+    if (theirs.rxm_eager_limit != mine.rxm_eager_limit ||
+        theirs.rxm_buffer_size != mine.rxm_buffer_size) {
+      std::string list;
+      for (int q = 0; q < size_; ++q) {
+        const NameRecord& record = all[static_cast<size_t>(q)];
+        list += (q > 0 ? ", " : "") + name_of(q) + " " + std::to_string(record.rxm_eager_limit) +
+                " and " + std::to_string(record.rxm_buffer_size);
+      }
+      return Status(HVD_ERR_MISMATCH,
+                    "ofi: the ranks give ofi_rxm different limits (FI_OFI_RXM_EAGER_LIMIT and "
+                    "FI_OFI_RXM_BUFFER_SIZE, 0 where unset: " +
+                        list +
+                        "), and rxm connects only endpoints whose limits agree; set the same "
+                        "ones, and the same HVD_OFI_SEGMENT_BYTES, on every rank");
     }
   }
   addresses_.assign(static_cast<size_t>(size_), FI_ADDR_UNSPEC);
@@ -570,10 +617,11 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int peer, const
 }
 
 // After the spin: sleep on the completion queue's descriptor where it has one, a millisecond at
-// most, so that the deadline and an abort are seen. Where it has none, or the provider says
-// something is pending (its try found completions, which the next progress() reads), yield, then
-// sleep: a long wait (a peer still computing) must not take a core from the ranks that share it.
-// Never after close_fid(ep_): ofi_rxm's endpoint stays in the queue's wait set (break_endpoint).
+// most, so that the deadline and an abort are seen. Where the provider's try finds completions
+// pending, yield once: the next progress() reads them. Where there is no descriptor, or the try
+// fails otherwise, yield, then sleep: a long wait (a peer still computing) must not take a core
+// from the ranks that share it. Never after close_fid(ep_): ofi_rxm's endpoint stays in the
+// queue's wait set (break_endpoint).
 void Endpoint::nap(std::chrono::steady_clock::duration idle) const {
   if (wait_fd_ >= 0) {
     fid* queue = &cq_->fid;

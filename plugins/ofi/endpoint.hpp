@@ -7,8 +7,8 @@
 // Every collective call is a Call: its messages carry the call's sequence number in their tags, so
 // a late message of one call never matches a receive of the next. Progress is the caller's: it
 // reads the completion queue while it waits, spinning briefly, then sleeping on the queue's file
-// descriptor over ofi_rxm, or else (shm) yielding, then napping, so that 3 or 4 ranks on 2 cores
-// still move. A wait that sees no completion for the timeout fails,
+// descriptor over ofi_rxm, or else (shm, net and others) yielding, then napping, so that 3 or 4
+// ranks on 2 cores still move. A wait that sees no completion for the timeout fails,
 // naming the rank it waits for.
 //
 // A call that fails (timeout, a peer's error completion, abort, a message of the wrong size)
@@ -50,8 +50,10 @@ class Endpoint {
  public:
   // Opens `provider` (a libfabric provider name such as "shm" or "tcp;ofi_rxm") and connects to
   // the communicator's ranks. Collective over them.
+  // `message_bytes`: the largest message the collectives send as one (a ring segment); over
+  // ofi_rxm, the eager limit.
   static Result<std::unique_ptr<Endpoint>> open(const sdk::InitContext& ctx,
-                                                const std::string& provider);
+                                                const std::string& provider, size_t message_bytes);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -113,7 +115,8 @@ class Endpoint {
 
  private:
   Endpoint() = default;
-  Status open_objects(const sdk::InitContext& ctx, const std::string& provider);
+  Status open_objects(const sdk::InitContext& ctx, const std::string& provider,
+                      size_t message_bytes);
   Status connect(const sdk::InitContext& ctx);
   Status post_notice_receive();
   // Reads what completed, without waiting. True when anything did. A peer's notice is an error
@@ -146,7 +149,9 @@ class Endpoint {
   fid_cq* cq_ = nullptr;
   fid_av* av_ = nullptr;
   fid_ep* ep_ = nullptr;
-  int wait_fd_ = -1;  // the completion queue's, where the provider has one (not shm)
+  int wait_fd_ = -1;                  // the completion queue's: over ofi_rxm only
+  uint64_t rxm_eager_limit_ = 0;      // FI_OFI_RXM_EAGER_LIMIT as this rank's rxm reads it
+  uint64_t rxm_buffer_size_ = 0;      // FI_OFI_RXM_BUFFER_SIZE, 0 where unset
   std::vector<fi_addr_t> addresses_;  // by communicator rank
 
   // A rank's notice that it gave up: who it is, its error, and the rank its error blames (the

@@ -9,7 +9,6 @@
 // Failures are errors within HVD_TIMEOUT, naming the peer (endpoint.hpp says how).
 #include <rdma/fabric.h>
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -35,22 +34,12 @@ class OfiBackend {
   static Result<std::unique_ptr<OfiBackend>> create(const hvd::sdk::InitContext& ctx) {
     const std::string provider = provider_for(ctx);
     HVD_ASSIGN_OR_RETURN(const Tuning tuning, Tuning::from_environment(provider));
-    // Over ofi_rxm on tcp, a tagged send up to rxm's eager limit goes straight to tcp, which lands
-    // it in the posted receive; a larger one costs a rendezvous of three legs, each waiting for a
-    // rank of a busy host to progress it. So every ring segment goes eagerly. rxm reads the limit
-    // when it opens an endpoint, and refuses a connection between endpoints whose limits differ:
-    // every rank sets the same one, and a limit the user set stays.
-    std::string eager;
-    if (provider.find("ofi_rxm") != std::string::npos) {
-      ::setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(tuning.segment_bytes).c_str(), 0);
-      const char* limit = std::getenv("FI_OFI_RXM_EAGER_LIMIT");
-      eager = ", ofi_rxm's eager limit " + (limit ? limit + std::string(" B") : "its own");
-    }
-    HVD_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep, Endpoint::open(ctx, provider));
+    HVD_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep,
+                         Endpoint::open(ctx, provider, tuning.segment_bytes));
     if (ctx.rank == 0) {
       ctx.host.log(HVD_LOG_INFO, "ofi: provider " + ep->description() + ", " +
                                      std::to_string(ctx.size) + " ranks, ring segments of " +
-                                     std::to_string(tuning.segment_bytes) + " B" + eager);
+                                     std::to_string(tuning.segment_bytes) + " B");
     }
     return std::unique_ptr<OfiBackend>(new OfiBackend(std::move(ep), tuning));
   }

@@ -23,17 +23,27 @@ rxm_eager() { echo "$log" | grep -o "Protocol limits: Eager: [0-9]*" | sort -u |
 run_job
 [[ "$(init_line)" == "ofi: provider shm "*"ring segments of 262144 B" ]] || fail "shm: '$(init_line)'"
 run_job "HVD_OFI_PROVIDER=tcp;ofi_rxm"
-[[ "$(init_line)" == "ofi: provider tcp;ofi_rxm "*"ring segments of 1048576 B, ofi_rxm's eager limit 1048576 B" ]] ||
+[[ "$(init_line)" == "ofi: provider tcp;ofi_rxm "*", FI_OFI_RXM_EAGER_LIMIT=1048576, 2 ranks, ring segments of 1048576 B" ]] ||
   fail "tcp: '$(init_line)'"
 [[ "$(rxm_eager)" == "Protocol limits: Eager: 1048576 " ]] || fail "tcp, rxm says: '$(rxm_eager)'"
 run_job "HVD_OFI_PROVIDER=tcp;ofi_rxm" HVD_OFI_SEGMENT_BYTES=65536
-[[ "$(init_line)" == *"ring segments of 65536 B, ofi_rxm's eager limit 65536 B" ]] ||
+[[ "$(init_line)" == *"FI_OFI_RXM_EAGER_LIMIT=65536, 2 ranks, ring segments of 65536 B" ]] ||
   fail "HVD_OFI_SEGMENT_BYTES on tcp: '$(init_line)'"
 [[ "$(rxm_eager)" == "Protocol limits: Eager: 65536 " ]] || fail "65536 on tcp, rxm says: '$(rxm_eager)'"
 run_job "HVD_OFI_PROVIDER=tcp;ofi_rxm" FI_OFI_RXM_EAGER_LIMIT=32768
-[[ "$(init_line)" == *"ring segments of 1048576 B, ofi_rxm's eager limit 32768 B" ]] ||
+[[ "$(init_line)" == *"FI_OFI_RXM_EAGER_LIMIT=32768, 2 ranks, ring segments of 1048576 B" ]] ||
   fail "the user's FI_OFI_RXM_EAGER_LIMIT: '$(init_line)'"
 [[ "$(rxm_eager)" == "Protocol limits: Eager: 32768 " ]] || fail "the user's limit, rxm says: '$(rxm_eager)'"
+# Ranks whose limits differ: rxm would refuse their connections and every send wait for the
+# timeout; hvd_init fails at once on every rank, naming the limits.
+log=$(env -u HVD_OFI_SEGMENT_BYTES -u FI_OFI_RXM_EAGER_LIMIT "HVD_OFI_PROVIDER=tcp;ofi_rxm" \
+  "$hvdrun" -np 2 --backend ofi --timeout 10 -- sh -c \
+  '[ "$HVD_RANK" = 1 ] && export FI_OFI_RXM_EAGER_LIMIT=32768; exec "$0"' "$hello" 2>&1) &&
+  { echo "$log" >&2; fail "ranks with different eager limits ran"; }
+for rank in 0 1; do
+  echo "$log" | grep -q "^\[$rank\]<stderr>:.*the ranks give ofi_rxm different limits (FI_OFI_RXM_EAGER_LIMIT and FI_OFI_RXM_BUFFER_SIZE, 0 where unset: rank 0 1048576 and 0, rank 1 32768 and 0)" ||
+    { echo "$log" >&2; fail "rank $rank did not name the differing limits"; }
+done
 run_job HVD_OFI_SEGMENT_BYTES=1048576
 [[ "$(init_line)" == *"ring segments of 1048576 B" ]] || fail "HVD_OFI_SEGMENT_BYTES on shm: '$(init_line)'"
-echo "PASS: shm 256 KiB; tcp;ofi_rxm 1 MiB with rxm's eager limit the same; HVD_OFI_SEGMENT_BYTES over both; the user's FI_OFI_RXM_EAGER_LIMIT kept"
+echo "PASS: shm 256 KiB; tcp;ofi_rxm 1 MiB with rxm's eager limit the same; HVD_OFI_SEGMENT_BYTES over both; the user's FI_OFI_RXM_EAGER_LIMIT kept; differing limits refused on every rank"
