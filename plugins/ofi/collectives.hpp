@@ -29,7 +29,7 @@ namespace hvd::ofi {
 // The algorithms' knobs, from the environment (docs/performance.md gives the measurements
 // behind the defaults).
 struct Tuning {
-  // Over a network: ofi_rxm's eager limit is set to it (ofi_backend.cpp), so every segment goes
+  // Over a network: ofi_rxm's eager limit is set to it (Endpoint::open), so every segment goes
   // without a rendezvous, and a message that comes before its receive is held in a buffer of at
   // most this size (3 namespace hosts against Gloo, four runs: the smallest row 1.21-1.28x with
   // 1 MiB, 1.06-1.20x with 4 MiB; docs/performance.md).
