@@ -35,10 +35,12 @@ run_job "HVD_OFI_PROVIDER=tcp;ofi_rxm" FI_OFI_RXM_EAGER_LIMIT=32768
   fail "the user's FI_OFI_RXM_EAGER_LIMIT: '$(init_line)'"
 [[ "$(rxm_eager)" == "Protocol limits: Eager: 32768 " ]] || fail "the user's limit, rxm says: '$(rxm_eager)'"
 # Ranks whose limits differ: rxm would refuse their connections and every send wait for the
-# timeout; hvd_init fails at once on every rank, naming the limits.
+# timeout; hvd_init fails at once on every rank, naming the limits. Each rank lingers after its
+# error, so that the launcher, which stops the others when one fails, lets them all report.
 log=$(env -u HVD_OFI_SEGMENT_BYTES -u FI_OFI_RXM_EAGER_LIMIT "HVD_OFI_PROVIDER=tcp;ofi_rxm" \
   "$hvdrun" -np 2 --backend ofi --timeout 10 -- sh -c \
-  '[ "$HVD_RANK" = 1 ] && export FI_OFI_RXM_EAGER_LIMIT=32768; exec "$0"' "$hello" 2>&1) &&
+  '[ "$HVD_RANK" = 1 ] && export FI_OFI_RXM_EAGER_LIMIT=32768; "$0"; s=$?; sleep 2; exit $s' \
+  "$hello" 2>&1) &&
   { echo "$log" >&2; fail "ranks with different eager limits ran"; }
 for rank in 0 1; do
   echo "$log" | grep -q "^\[$rank\]<stderr>:.*the ranks give ofi_rxm different limits (FI_OFI_RXM_EAGER_LIMIT and FI_OFI_RXM_BUFFER_SIZE, 0 where unset: rank 0 1048576 and 0, rank 1 32768 and 0)" ||
