@@ -33,19 +33,24 @@ constexpr uint64_t kSequenceMask = (uint64_t{1} << 24) - 1;
 constexpr size_t kNameBytes = 256;
 struct NameRecord {
   uint32_t length = 0;
-  char provider[44] = {};
-  // ofi_rxm's limits in this rank's environment (0: unset, or not ofi_rxm), which rxm requires
-  // to be the same on both ends of a connection.
-  uint64_t rxm_eager_limit = 0;
-  uint64_t rxm_buffer_size = 0;
+  char provider[56] = {};
+  uint32_t rxm_eager_limit = 0;  // the eager limit this rank's ofi_rxm works out (0: not rxm)
   unsigned char name[kNameBytes - 64] = {};
 };
 static_assert(sizeof(NameRecord) == kNameBytes);
 
-// A whole number in the environment, 0 where unset or not a number.
-uint64_t number_in_env(const char* name) {
-  const char* text = std::getenv(name);
-  return text != nullptr ? std::strtoull(text, nullptr, 10) : 0;
+// The eager limit ofi_rxm (libfabric 1.17) works out for an endpoint, which it requires to be the
+// same at both ends of a connection (rxm_ep_init_proto, rxm_verify_connreq): over tcp,
+// FI_OFI_RXM_EAGER_LIMIT read as libfabric reads a size (strtol, any base), but at least its
+// buffer size, which it reports as the inject size; elsewhere the buffer size.
+uint32_t rxm_eager_limit(const fi_info& info) {
+  const size_t buffer = info.tx_attr->inject_size;
+  size_t eager = buffer;
+  const char* text = std::getenv("FI_OFI_RXM_EAGER_LIMIT");
+  if (std::strncmp(info.fabric_attr->prov_name, "tcp;", 4) == 0 && text != nullptr) {
+    eager = std::max(static_cast<size_t>(std::strtol(text, nullptr, 0)), buffer);
+  }
+  return static_cast<uint32_t>(eager);  // as rxm sends it
 }
 
 Status fabric_error(const char* what, ssize_t code) {
@@ -187,12 +192,12 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
     // in the posted receive; a larger one waits for a rendezvous of three legs, each needing a
     // rank of a busy host to progress it. So the collectives' messages go eagerly. rxm reads the
     // limit from the environment as it opens an endpoint (libfabric 1.17 to 1.19, over tcp); a
-    // limit the user set stays. It sends the limit as 32 bits: at most 1 GiB here.
+    // limit the user set stays. It sends the limit as 32 bits: at most 1 GiB here. Over verbs it
+    // reads none.
     const size_t eager = std::min<size_t>(message_bytes, size_t{1} << 30);
     ::setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(eager).c_str(), 0);
-    rxm_eager_limit_ = number_in_env("FI_OFI_RXM_EAGER_LIMIT");
-    rxm_buffer_size_ = number_in_env("FI_OFI_RXM_BUFFER_SIZE");
-    limits = ", FI_OFI_RXM_EAGER_LIMIT=" + std::to_string(rxm_eager_limit_);
+    rxm_eager_limit_ = rxm_eager_limit(*info_);
+    limits = ", eager limit " + std::to_string(rxm_eager_limit_) + " B";
   }
   int code = fi_fabric(info_->fabric_attr, &fabric_, nullptr);
   if (code != 0) return fabric_error("fi_fabric", code);
@@ -243,7 +248,6 @@ Status Endpoint::connect(const sdk::InitContext& ctx) {
   mine.length = static_cast<uint32_t>(length);
   std::strncpy(mine.provider, info_->fabric_attr->prov_name, sizeof(mine.provider) - 1);
   mine.rxm_eager_limit = rxm_eager_limit_;
-  mine.rxm_buffer_size = rxm_buffer_size_;
   std::vector<NameRecord> all(static_cast<size_t>(size_));
   HVD_RETURN_IF_ERROR(ctx.host.oob_allgather(&mine, sizeof(mine), all.data(), ctx.timeout)
                           .with_context("ofi: exchanging endpoint names"));
@@ -265,21 +269,17 @@ Status Endpoint::connect(const sdk::InitContext& ctx) {
   // ofi_rxm refuses a connection between endpoints whose eager limits differ, and the sends
   // would wait for it until the timeout: say so now, the same on every rank.
   for (int r = 0; r < size_; ++r) {
-    const NameRecord& theirs = all[static_cast<size_t>(r)];
-    if (theirs.rxm_eager_limit != mine.rxm_eager_limit ||
-        theirs.rxm_buffer_size != mine.rxm_buffer_size) {
+    if (all[static_cast<size_t>(r)].rxm_eager_limit != mine.rxm_eager_limit) {
       std::string list;
       for (int q = 0; q < size_; ++q) {
-        const NameRecord& record = all[static_cast<size_t>(q)];
-        list += (q > 0 ? ", " : "") + name_of(q) + " " + std::to_string(record.rxm_eager_limit) +
-                " and " + std::to_string(record.rxm_buffer_size);
+        list += (q > 0 ? ", " : "") + name_of(q) + " " +
+                std::to_string(all[static_cast<size_t>(q)].rxm_eager_limit) + " B";
       }
       return Status(HVD_ERR_MISMATCH,
-                    "ofi: the ranks give ofi_rxm different limits (FI_OFI_RXM_EAGER_LIMIT and "
-                    "FI_OFI_RXM_BUFFER_SIZE, 0 where unset: " +
-                        list +
+                    "ofi: the ranks' ofi_rxm eager limits differ (" + list +
                         "), and rxm connects only endpoints whose limits agree; set the same "
-                        "ones, and the same HVD_OFI_SEGMENT_BYTES, on every rank");
+                        "FI_OFI_RXM_EAGER_LIMIT and FI_OFI_RXM_BUFFER_SIZE, and the same "
+                        "HVD_OFI_SEGMENT_BYTES, on every rank");
     }
   }
   addresses_.assign(static_cast<size_t>(size_), FI_ADDR_UNSPEC);

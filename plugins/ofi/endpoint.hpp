@@ -150,8 +150,7 @@ class Endpoint {
   fid_av* av_ = nullptr;
   fid_ep* ep_ = nullptr;
   int wait_fd_ = -1;                  // the completion queue's: over ofi_rxm only
-  uint64_t rxm_eager_limit_ = 0;      // FI_OFI_RXM_EAGER_LIMIT as this rank's rxm reads it
-  uint64_t rxm_buffer_size_ = 0;      // FI_OFI_RXM_BUFFER_SIZE, 0 where unset
+  uint32_t rxm_eager_limit_ = 0;      // what ofi_rxm works out for this endpoint (0: not ofi_rxm)
   std::vector<fi_addr_t> addresses_;  // by communicator rank
 
   // A rank's notice that it gave up: who it is, its error, and the rank its error blames (the

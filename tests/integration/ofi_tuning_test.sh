@@ -12,6 +12,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 log=""
 run_job() {  # the job's log in $log, after checking that the job passed
   log=$(env -u HVD_OFI_PROVIDER -u HVD_OFI_SEGMENT_BYTES -u FI_OFI_RXM_EAGER_LIMIT \
+    -u FI_OFI_RXM_BUFFER_SIZE \
     HVD_LOG_LEVEL=info FI_LOG_LEVEL=info FI_LOG_PROV=ofi_rxm "$@" \
     "$hvdrun" -np 2 --backend ofi --timeout 60 -- "$hello" 2>&1) ||
     { echo "$log" >&2; fail "the job failed ($*)"; }
@@ -23,29 +24,35 @@ rxm_eager() { echo "$log" | grep -o "Protocol limits: Eager: [0-9]*" | sort -u |
 run_job
 [[ "$(init_line)" == "ofi: provider shm "*"ring segments of 262144 B" ]] || fail "shm: '$(init_line)'"
 run_job "HVD_OFI_PROVIDER=tcp;ofi_rxm"
-[[ "$(init_line)" == "ofi: provider tcp;ofi_rxm "*", FI_OFI_RXM_EAGER_LIMIT=1048576, 2 ranks, ring segments of 1048576 B" ]] ||
+[[ "$(init_line)" == "ofi: provider tcp;ofi_rxm "*", eager limit 1048576 B, 2 ranks, ring segments of 1048576 B" ]] ||
   fail "tcp: '$(init_line)'"
 [[ "$(rxm_eager)" == "Protocol limits: Eager: 1048576 " ]] || fail "tcp, rxm says: '$(rxm_eager)'"
 run_job "HVD_OFI_PROVIDER=tcp;ofi_rxm" HVD_OFI_SEGMENT_BYTES=65536
-[[ "$(init_line)" == *"FI_OFI_RXM_EAGER_LIMIT=65536, 2 ranks, ring segments of 65536 B" ]] ||
+[[ "$(init_line)" == *", eager limit 65536 B, 2 ranks, ring segments of 65536 B" ]] ||
   fail "HVD_OFI_SEGMENT_BYTES on tcp: '$(init_line)'"
 [[ "$(rxm_eager)" == "Protocol limits: Eager: 65536 " ]] || fail "65536 on tcp, rxm says: '$(rxm_eager)'"
 run_job "HVD_OFI_PROVIDER=tcp;ofi_rxm" FI_OFI_RXM_EAGER_LIMIT=32768
-[[ "$(init_line)" == *"FI_OFI_RXM_EAGER_LIMIT=32768, 2 ranks, ring segments of 1048576 B" ]] ||
+[[ "$(init_line)" == *", eager limit 32768 B, 2 ranks, ring segments of 1048576 B" ]] ||
   fail "the user's FI_OFI_RXM_EAGER_LIMIT: '$(init_line)'"
 [[ "$(rxm_eager)" == "Protocol limits: Eager: 32768 " ]] || fail "the user's limit, rxm says: '$(rxm_eager)'"
 # Ranks whose limits differ: rxm would refuse their connections and every send wait for the
 # timeout; hvd_init fails at once on every rank, naming the limits. Each rank lingers after its
 # error, so that the launcher, which stops the others when one fails, lets them all report.
-log=$(env -u HVD_OFI_SEGMENT_BYTES -u FI_OFI_RXM_EAGER_LIMIT "HVD_OFI_PROVIDER=tcp;ofi_rxm" \
+log=$(env -u HVD_OFI_SEGMENT_BYTES -u FI_OFI_RXM_EAGER_LIMIT -u FI_OFI_RXM_BUFFER_SIZE \
+  "HVD_OFI_PROVIDER=tcp;ofi_rxm" \
   "$hvdrun" -np 2 --backend ofi --timeout 10 -- sh -c \
-  '[ "$HVD_RANK" = 1 ] && export FI_OFI_RXM_EAGER_LIMIT=32768; "$0"; s=$?; sleep 2; exit $s' \
+  '[ "$HVD_RANK" = 1 ] && export FI_OFI_RXM_EAGER_LIMIT=32768; "$0"; s=$?; sleep 5; exit $s' \
   "$hello" 2>&1) &&
   { echo "$log" >&2; fail "ranks with different eager limits ran"; }
 for rank in 0 1; do
-  echo "$log" | grep -q "^\[$rank\]<stderr>:.*the ranks give ofi_rxm different limits (FI_OFI_RXM_EAGER_LIMIT and FI_OFI_RXM_BUFFER_SIZE, 0 where unset: rank 0 1048576 and 0, rank 1 32768 and 0)" ||
+  echo "$log" | grep -q "^\[$rank\]<stderr>:.*the ranks' ofi_rxm eager limits differ (rank 0 1048576 B, rank 1 32768 B)" ||
     { echo "$log" >&2; fail "rank $rank did not name the differing limits"; }
 done
+# The same limit spelled otherwise (libfabric reads sizes in any base) is the same limit.
+log=$(env -u HVD_OFI_SEGMENT_BYTES -u FI_OFI_RXM_EAGER_LIMIT -u FI_OFI_RXM_BUFFER_SIZE \
+  "HVD_OFI_PROVIDER=tcp;ofi_rxm" "$hvdrun" -np 2 --backend ofi --timeout 10 -- sh -c \
+  '[ "$HVD_RANK" = 1 ] && export FI_OFI_RXM_EAGER_LIMIT=0x100000; exec "$0"' "$hello" 2>&1) ||
+  { echo "$log" >&2; fail "1048576 and 0x100000 were taken for different limits"; }
 run_job HVD_OFI_SEGMENT_BYTES=1048576
 [[ "$(init_line)" == *"ring segments of 1048576 B" ]] || fail "HVD_OFI_SEGMENT_BYTES on shm: '$(init_line)'"
-echo "PASS: shm 256 KiB; tcp;ofi_rxm 1 MiB with rxm's eager limit the same; HVD_OFI_SEGMENT_BYTES over both; the user's FI_OFI_RXM_EAGER_LIMIT kept; differing limits refused on every rank"
+echo "PASS: shm 256 KiB; tcp;ofi_rxm 1 MiB with rxm's eager limit the same; HVD_OFI_SEGMENT_BYTES over both; the user's FI_OFI_RXM_EAGER_LIMIT kept; differing limits refused on every rank, equal ones in another base taken"
