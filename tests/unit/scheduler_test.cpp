@@ -5,10 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <functional>
 #include <list>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "comm/copy_blocks.hpp"
@@ -546,6 +551,45 @@ TEST(StagingBuffer, PinsOnceItStagesKeepsWhatFitsAndFreesThroughItsAllocator) {
   ASSERT_NE(buffer.reserve(128, &no_gpu), nullptr);
   EXPECT_FALSE(buffer.pinned());
   EXPECT_EQ(no_gpu.pinned_allocations, 0);
+}
+
+namespace {
+
+// The flags /proc/self/smaps gives the mapping that holds `p` ("rd wr mr ... hg": hg is
+// MADV_HUGEPAGE); empty where there is no such mapping.
+std::string mapping_flags(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long long from = 0, to = 0;
+    if (line.rfind("VmFlags:", 0) == 0) {
+      if (inside) return line.substr(8) + " ";
+    } else if (std::sscanf(line.c_str(), "%llx-%llx ", &from, &to) ==
+               2) {  // a mapping's first line
+      inside = from <= at && at < to;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+// The fusion buffer is read by the peers' single-copy transfers: from 2 MiB up it lies on 2 MiB
+// boundaries with huge pages advised (whatever the kernel's THP mode: the advice is what hvd
+// gives); below, ordinary malloc.
+TEST(StagingBuffer, AdvisesHugePagesFromTwoMebibytes) {
+  hvd::core::StagingBuffer large;
+  char* p = large.reserve((size_t{64} << 20) + 3);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t{2} << 20), 0u);
+  EXPECT_NE(mapping_flags(p).find(" hg "), std::string::npos) << mapping_flags(p);
+  std::memset(p, 1, (size_t{64} << 20) + 3);  // all of it is there
+
+  hvd::core::StagingBuffer small;
+  char* q = small.reserve(4096);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(mapping_flags(q).find(" hg "), std::string::npos) << mapping_flags(q);
 }
 
 TEST(Scheduler, CudaTensorsOnAHostBackendAreFusedInHostMemoryWithTheirScaleFactors) {

@@ -6,6 +6,8 @@
 #include <thread>
 #include <utility>
 
+#include "common/host_memory.hpp"
+
 #ifdef HVD_WITH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -256,7 +258,7 @@ char* StagingBuffer::reserve(size_t bytes, DeviceMemory* pin_with, int32_t devic
     pinned_by_ = data_ != nullptr ? pin_with : nullptr;
     pin_refused_ = data_ == nullptr;
   }
-  if (data_ == nullptr) data_ = static_cast<char*>(std::malloc(want));
+  if (data_ == nullptr) data_ = static_cast<char*>(allocate_host(want));
   size_ = data_ != nullptr ? want : 0;
   return data_;
 }

@@ -131,8 +131,9 @@ class DeviceBuffer {
 DeviceMemory& cuda_memory();
 
 // A host buffer that grows and never shrinks: page-locked (through a DeviceMemory) once it has
-// served staging, ordinary memory until then, so that a job of host tensors never touches the
-// CUDA runtime. Its contents do not survive a growth. Move-only.
+// served staging, ordinary memory until then (huge pages advised: common/host_memory.hpp, for the
+// peers' single-copy reads of the fused allreduce), so that a job of host tensors never touches
+// the CUDA runtime. Its contents do not survive a growth. Move-only.
 class StagingBuffer {
  public:
   StagingBuffer() = default;
