@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "bootstrap/env.hpp"
+#include "common/host_memory.hpp"
 #include "hvd/reduce.h"
 
 #ifdef HVD_BENCH_WITH_CUDA
@@ -61,13 +62,15 @@ void store(void* out, uint64_t i, int k, hvd_dtype dtype) {
 
 }  // namespace
 
-Result<Buffer> Buffer::allocate(hvd_memory_type memory, int device, size_t bytes) {
+Result<Buffer> Buffer::allocate(hvd_memory_type memory, int device, size_t bytes, bool huge_pages) {
   Buffer b;
   b.memory_ = memory;
   b.bytes_ = bytes;
   const size_t rounded = ((bytes + 63) / 64) * 64 + 64;  // never zero, so data() is not null
   if (memory == HVD_MEMORY_HOST) {
-    b.data_ = static_cast<char*>(std::aligned_alloc(64, rounded));
+    b.data_ = static_cast<char*>(huge_pages && rounded >= core::kHugePageBytes
+                                     ? core::allocate_host(rounded)
+                                     : std::aligned_alloc(64, rounded));
     if (b.data_ == nullptr) {
       return error(HVD_ERR_SYSTEM, "cannot allocate " + std::to_string(bytes) + " bytes");
     }

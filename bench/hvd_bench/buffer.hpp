@@ -11,10 +11,12 @@
 
 namespace hvd::bench {
 
-// A move-only block of host memory (64-byte aligned) or CUDA device memory.
+// A move-only block of host memory (64-byte aligned; with `huge_pages`, 2 MiB aligned on
+// transparent huge pages from 2 MiB up) or CUDA device memory.
 class Buffer {
  public:
-  static Result<Buffer> allocate(hvd_memory_type memory, int device, size_t bytes);
+  static Result<Buffer> allocate(hvd_memory_type memory, int device, size_t bytes,
+                                 bool huge_pages = false);
   Buffer() = default;
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;

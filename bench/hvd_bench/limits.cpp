@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "bootstrap/socket.hpp"
+#include "common/host_memory.hpp"
 
 #ifdef HVD_BENCH_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -53,23 +56,33 @@ double tcp_loopback_gbps() {
 
 }  // namespace
 
-double memcpy_gbps(size_t bytes, int reps) {
-  std::vector<char> from(bytes, 1);
-  std::vector<char> to(bytes, 0);
+double memcpy_gbps(size_t bytes, int reps, bool huge_pages) {
+  const auto allocate = [&] {
+    return std::unique_ptr<char, decltype(&std::free)>(
+        static_cast<char*>(huge_pages ? core::allocate_host(bytes) : std::malloc(bytes)),
+        &std::free);
+  };
+  auto from = allocate();
+  auto to = allocate();
+  if (!from || !to) return 0;
+  std::memset(from.get(), 1, bytes);
+  std::memset(to.get(), 0, bytes);
   double best = 1e30;
   for (int rep = 0; rep < reps; ++rep) {
     const auto t0 = Clock::now();
-    std::memcpy(to.data(), from.data(), bytes);
+    std::memcpy(to.get(), from.get(), bytes);
     best = std::min(best, seconds_since(t0));
     // Read what was written, so the copy cannot be dropped.
-    from[static_cast<size_t>(rep) % bytes] = to[(static_cast<size_t>(rep) + 1) % bytes];
+    from.get()[static_cast<size_t>(rep) % bytes] = to.get()[(static_cast<size_t>(rep) + 1) % bytes];
   }
   return bytes / best / 1e9;
 }
 
-PhysicalLimits measure_limits(int cuda_device) {
+PhysicalLimits measure_limits(int cuda_device, bool huge_pages) {
   PhysicalLimits limits;
-  limits.memcpy_gbps = memcpy_gbps(64u << 20, 5);
+  limits.memcpy_gbps = memcpy_gbps(64u << 20, 5, huge_pages);
+  limits.huge_pages = huge_pages;
+  limits.transparent_huge_pages = core::transparent_huge_pages();
   limits.tcp_loopback_gbps = tcp_loopback_gbps();
   if (cuda_device < 0) return limits;
 #ifdef HVD_BENCH_WITH_CUDA

@@ -9,18 +9,21 @@
 namespace hvd::bench {
 
 struct PhysicalLimits {
-  double memcpy_gbps = 0;        // one thread, 64 MiB, best of 5 (bytes copied per second)
-  double tcp_loopback_gbps = 0;  // one TCP stream over 127.0.0.1, 512 MiB
-  double cuda_d2d_gbps = -1;     // cudaMemcpy device to device, 256 MiB; < 0: not measured
-  std::string cuda_note;         // why the CUDA figure is missing
+  double memcpy_gbps = 0;              // one thread, 64 MiB, best of 5 (bytes copied per second)
+  bool huge_pages = false;             // the memcpy's buffers on 2 MiB pages (advised)
+  std::string transparent_huge_pages;  // the kernel's mode: always, madvise, never
+  double tcp_loopback_gbps = 0;        // one TCP stream over 127.0.0.1, 512 MiB
+  double cuda_d2d_gbps = -1;           // cudaMemcpy device to device, 256 MiB; < 0: not measured
+  std::string cuda_note;               // why the CUDA figure is missing
 };
 
-// Measures memcpy and loopback TCP; the device copy too when `cuda_device` >= 0.
-PhysicalLimits measure_limits(int cuda_device);
+// Measures memcpy (between buffers on huge pages with `huge_pages`, as hvd-bench's then are) and
+// loopback TCP; the device copy too when `cuda_device` >= 0.
+PhysicalLimits measure_limits(int cuda_device, bool huge_pages);
 
 // One thread's memcpy of `bytes`, best of `reps`, in GB/s of bytes copied: the yardstick of the
 // header and of hvd-micro's reduction kernels.
-double memcpy_gbps(size_t bytes, int reps);
+double memcpy_gbps(size_t bytes, int reps, bool huge_pages = false);
 
 }  // namespace hvd::bench
 

@@ -132,8 +132,8 @@ class Runner {
     // At least one element of the widest type per rank: the probe's call.
     const size_t max_bytes = std::max(static_cast<size_t>(o_.max_bytes), size_t{8} * n);
     const size_t send_bytes = collective == Collective::kAllgather ? max_bytes / n : max_bytes;
-    HVD_ASSIGN_OR_RETURN(send_, Buffer::allocate(o_.memory, device_, send_bytes));
-    HVD_ASSIGN_OR_RETURN(recv_, Buffer::allocate(o_.memory, device_, max_bytes));
+    HVD_ASSIGN_OR_RETURN(send_, Buffer::allocate(o_.memory, device_, send_bytes, o_.huge_pages));
+    HVD_ASSIGN_OR_RETURN(recv_, Buffer::allocate(o_.memory, device_, max_bytes, o_.huge_pages));
     expected_.assign(max_bytes, 0);
     staging_.assign(max_bytes, 0);
     HVD_ASSIGN_OR_RETURN(*skipped, probe(collective));
@@ -643,7 +643,7 @@ class Bench {
     HVD_ASSIGN_OR_RETURN(job.hosts, host_names(comm));
     // One rank measures while the others wait: two measuring at once would share the cores.
     PhysicalLimits limits;
-    if (comm.rank() == printer_) limits = measure_limits(device);
+    if (comm.rank() == printer_) limits = measure_limits(device, o_.huge_pages);
     HVD_RETURN_IF_ERROR(comm.barrier());
     report_.header(job, limits);
     if (!o_.compare.empty()) {

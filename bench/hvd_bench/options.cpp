@@ -232,6 +232,10 @@ const char* usage_text() {
          "                          (threshold 0), beside one allreduce of all their bytes\n"
          "  --tensor-bytes S        bytes per tensor in the fusion mode (default 4K)\n"
          "  --mem host|cuda         where the buffers live (default host)\n"
+         "  --huge-pages            host buffers, and the header's memcpy, on 2 MiB pages\n"
+         "                          (transparent huge pages, advised): on one host a peer's\n"
+         "                          single-copy read then pins 2 MiB at a time, not 4 KiB.\n"
+         "                          Default: 4 KiB pages, as malloc gives a framework\n"
          "  --timeout SECONDS       bound on every wait (default HVD_TIMEOUT)\n"
          "  --process-set R,R,...   run on a process set of these job ranks (a child of the\n"
          "                          job's communicator, hvd_comm_create_process_set); busbw\n"
@@ -400,6 +404,8 @@ Result<Options> parse_options(int argc, char** argv) {
       });
     } else if (arg == "--latency") {
       o.latency = true;
+    } else if (arg == "--huge-pages") {
+      o.huge_pages = true;
     } else {
       s = usage_error("unknown argument '" + arg + "'");
     }
@@ -421,6 +427,10 @@ Result<Options> parse_options(int argc, char** argv) {
   if (!o.process_set.empty() && (o.check_args || o.tensors > 0)) {
     return usage_error("--process-set runs the bandwidth and latency tables: not with " +
                        std::string(o.check_args ? "--check-args" : "--tensors"));
+  }
+  if (o.huge_pages && (o.memory != HVD_MEMORY_HOST || o.tensors > 0)) {
+    return usage_error(
+        "--huge-pages places the tables' host buffers: not with --mem cuda or --tensors");
   }
   if (!o.compare.empty()) HVD_RETURN_IF_ERROR(check_compare(o));
   if (o.latency) {

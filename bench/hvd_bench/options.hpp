@@ -41,7 +41,8 @@ struct Options {
   int tensors = 0;               // --tensors K: the fusion mode (K named tensors per step)
   uint64_t tensor_bytes = 4096;  // --tensor-bytes
   hvd_memory_type memory = HVD_MEMORY_HOST;
-  std::string json_path;  // -J
+  bool huge_pages = false;  // --huge-pages: the host buffers and the memcpy on 2 MiB pages
+  std::string json_path;    // -J
   double timeout_seconds = 0;
   // --process-set: the benchmark runs on a child of the job's communicator over these job ranks
   // (increasing, distinct); the other ranks wait without spinning, bounded by idle_timeout.

@@ -156,7 +156,15 @@ void Report::header(const JobInfo& job, const PhysicalLimits& limits) {
   } else if (o.memory == HVD_MEMORY_CUDA) {
     std::printf(", CUDA copy not measured (%s)", limits.cuda_note.c_str());
   }
-  std::printf("\n#\n");
+  std::printf("\n");
+  if (limits.huge_pages) {
+    std::printf(
+        "# Host buffers and the memcpy on huge pages (--huge-pages; transparent huge pages: "
+        "%s%s)\n",
+        limits.transparent_huge_pages.c_str(),
+        limits.transparent_huge_pages == "never" ? ", so 4 KiB pages after all" : "");
+  }
+  std::printf("#\n");
   std::fflush(stdout);
 }
 
@@ -743,7 +751,8 @@ Status Report::write_json(const std::string& path) const {
   JsonObject limits;
   limits.num("memcpy_GBps", limits_.memcpy_gbps)
       .num("tcp_loopback_GBps", limits_.tcp_loopback_gbps);
-  limits.num("cuda_d2d_GBps", limits_.cuda_d2d_gbps >= 0 ? limits_.cuda_d2d_gbps : NAN);
+  limits.num("cuda_d2d_GBps", limits_.cuda_d2d_gbps >= 0 ? limits_.cuda_d2d_gbps : NAN)
+      .str("transparent_huge_pages", limits_.transparent_huge_pages);
   const Options& o = options_;
   JsonObject settings;
   settings.integer("min_bytes", static_cast<int64_t>(o.min_bytes))
@@ -757,6 +766,7 @@ Status Report::write_json(const std::string& path) const {
                    : o.latency   ? "latency"
                                  : "bandwidth")
       .str("memory", o.memory == HVD_MEMORY_CUDA ? "cuda" : "host")
+      .add("huge_pages", o.huge_pages ? "true" : "false")
       .add("baseline", o.baseline ? "true" : "false")
       .add("check_args", o.check_args ? "true" : "false")
       .add("compare", o.compare.empty() ? "null" : json_string(o.compare));
