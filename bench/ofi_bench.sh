@@ -77,7 +77,7 @@ for i in $(seq 1 "$runs"); do
            | "three_hosts_min_vs_gloo \(min)\nthree_hosts_median_vs_gloo \(sort | (.[3] + .[4]) / 2)"' \
       "$out/hosts3-$i.json" >> "$ratios"
     jq -r '.results[] | select(.backend == "ofi")
-           | "row \(.bytes)_oop \(.compare.ratio_out_of_place)\nrow \(.bytes)_ip \(.compare.ratio_in_place)"' \
+           | "row \(.size)_oop \(.compare.ratio_out_of_place)\nrow \(.size)_ip \(.compare.ratio_in_place)"' \
       "$out/hosts3-$i.json" >> "$out/hosts3-rows.txt"
   fi
 done

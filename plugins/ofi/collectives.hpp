@@ -31,8 +31,7 @@ namespace hvd::ofi {
 struct Tuning {
   // Over a network: ofi_rxm's eager limit is set to it (Endpoint::open), so every segment goes
   // without a rendezvous, and a message that comes before its receive is held in a buffer of at
-  // most this size (3 namespace hosts against Gloo, four runs: the smallest row 1.21-1.28x with
-  // 1 MiB, 1.06-1.20x with 4 MiB; docs/performance.md).
+  // most this size; 1 MiB did better than 4 MiB across namespace hosts (docs/performance.md).
   static constexpr size_t kNetworkSegmentBytes = size_t{1} << 20;
 
   size_t ring_allreduce_bytes = 64 << 10;    // HVD_OFI_RING_ALLREDUCE_BYTES

@@ -209,7 +209,7 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
   // The caller polls (wait_until). Past its spin, a wait over ofi_rxm sleeps in the kernel on the
   // queue's descriptor, leaving the core to the ranks that share it and to the kernel's TCP work.
   // Only there: shm's peers write its memory, which wakes no descriptor, and net's stays readable
-  // with nothing to read, so a wait on it would spin through poll (busbw 0.6 against 1.5 GB/s).
+  // with nothing to read, so a wait on it would spin through poll.
   cq_attr.wait_obj = rxm ? FI_WAIT_FD : FI_WAIT_NONE;
   code = fi_cq_open(domain_, &cq_attr, &cq_, nullptr);
   if (code != 0 && cq_attr.wait_obj != FI_WAIT_NONE) {
