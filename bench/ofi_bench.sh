@@ -7,7 +7,8 @@
 #   1. 2 ranks on shm, 64 MiB float32 allreduce: ofi's busbw over hvd's mpi backend's (the
 #      --compare column), over MPI_Allreduce called directly, and over the memcpy bandwidth that
 #      hvd-bench measured in the same job; out of place and in place. Then the same job with
-#      the buffers and the memcpy on huge pages (--huge-pages; the keys end in _huge).
+#      the buffers and the memcpy on huge pages (--huge-pages; the keys end in _huge), the two
+#      jobs taking turns at going first.
 #   2. 2 ranks, 8 B allreduce, OSU-style: ofi's p50 over MPI_Allreduce's p50 (lower is better);
 #      each rank bound to a core (--bind-to core, as mpirun binds 2 ranks by default), 100000
 #      calls: unbound, the kernel sometimes puts both ranks on one vCPU for a while. Then
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --bin) bin=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --no-hosts) hosts=0; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "ofi_bench: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -46,7 +47,10 @@ ratios=$out/ratios.txt
 : > "$out/hosts3-rows.txt"
 
 for i in $(seq 1 "$runs"); do
-  for pages in 4k huge; do
+  # The two page sizes take turns at going first.
+  order="4k huge"
+  [ $((i % 2)) = 0 ] && order="huge 4k"
+  for pages in $order; do
     flag=() suffix=""
     [ "$pages" = huge ] && flag=(--huge-pages) suffix=_huge
     "$bin/hvdrun" --mpi -np 2 "$bin/hvd-bench" --backend ofi,mpi --compare mpi --baseline \
@@ -76,8 +80,9 @@ for i in $(seq 1 "$runs"); do
     jq -r '[.results[] | select(.backend == "ofi") | .compare.ratio_out_of_place, .compare.ratio_in_place]
            | "three_hosts_min_vs_gloo \(min)\nthree_hosts_median_vs_gloo \(sort | (.[3] + .[4]) / 2)"' \
       "$out/hosts3-$i.json" >> "$ratios"
-    jq -r '.results[] | select(.backend == "ofi")
-           | "row \(.size)_oop \(.compare.ratio_out_of_place)\nrow \(.size)_ip \(.compare.ratio_in_place)"' \
+    jq -r '.results[] | select(.backend == "ofi") | .size as $size
+           | (.compare.ratio_out_of_place // empty | "row \($size)_oop \(.)"),
+             (.compare.ratio_in_place // empty | "row \($size)_ip \(.)")' \
       "$out/hosts3-$i.json" >> "$out/hosts3-rows.txt"
   fi
 done

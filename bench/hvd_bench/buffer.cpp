@@ -1,5 +1,6 @@
 #include "buffer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -68,9 +69,12 @@ Result<Buffer> Buffer::allocate(hvd_memory_type memory, int device, size_t bytes
   b.bytes_ = bytes;
   const size_t rounded = ((bytes + 63) / 64) * 64 + 64;  // never zero, so data() is not null
   if (memory == HVD_MEMORY_HOST) {
-    b.data_ = static_cast<char*>(huge_pages && rounded >= core::kHugePageBytes
-                                     ? core::allocate_host(rounded)
-                                     : std::aligned_alloc(64, rounded));
+    if (huge_pages) {
+      b.huge_bytes_ = std::max(rounded, core::kHugePageBytes);  // a mapping of its own, always
+      b.data_ = static_cast<char*>(core::allocate_host(b.huge_bytes_));
+    } else {
+      b.data_ = static_cast<char*>(std::aligned_alloc(64, rounded));
+    }
     if (b.data_ == nullptr) {
       return error(HVD_ERR_SYSTEM, "cannot allocate " + std::to_string(bytes) + " bytes");
     }
@@ -93,7 +97,8 @@ Result<Buffer> Buffer::allocate(hvd_memory_type memory, int device, size_t bytes
 Buffer::Buffer(Buffer&& other) noexcept
     : memory_(other.memory_),
       data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)) {}
+      bytes_(std::exchange(other.bytes_, 0)),
+      huge_bytes_(std::exchange(other.huge_bytes_, 0)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
@@ -101,6 +106,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     memory_ = other.memory_;
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    huge_bytes_ = std::exchange(other.huge_bytes_, 0);
   }
   return *this;
 }
@@ -109,7 +115,9 @@ Buffer::~Buffer() { release(); }
 
 void Buffer::release() {
   if (data_ == nullptr) return;
-  if (memory_ == HVD_MEMORY_HOST) {
+  if (memory_ == HVD_MEMORY_HOST && huge_bytes_ > 0) {
+    core::free_host(data_, huge_bytes_);
+  } else if (memory_ == HVD_MEMORY_HOST) {
     std::free(data_);
   } else {
 #ifdef HVD_BENCH_WITH_CUDA

@@ -11,8 +11,8 @@
 
 namespace hvd::bench {
 
-// A move-only block of host memory (64-byte aligned; with `huge_pages`, 2 MiB aligned on
-// transparent huge pages from 2 MiB up) or CUDA device memory.
+// A move-only block of host memory (64-byte aligned; with `huge_pages`, a mapping of whole 2 MiB
+// pages, transparent huge pages advised) or CUDA device memory.
 class Buffer {
  public:
   static Result<Buffer> allocate(hvd_memory_type memory, int device, size_t bytes,
@@ -35,6 +35,7 @@ class Buffer {
   hvd_memory_type memory_ = HVD_MEMORY_HOST;
   char* data_ = nullptr;
   size_t bytes_ = 0;
+  size_t huge_bytes_ = 0;  // with huge pages: what allocate_host was given
 };
 
 // Waits (within HVD_TIMEOUT) for the work queued on the default stream (CUDA), or returns at

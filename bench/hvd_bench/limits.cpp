@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <thread>
 #include <vector>
 
@@ -57,23 +57,31 @@ double tcp_loopback_gbps() {
 }  // namespace
 
 double memcpy_gbps(size_t bytes, int reps, bool huge_pages) {
-  const auto allocate = [&] {
-    return std::unique_ptr<char, decltype(&std::free)>(
-        static_cast<char*>(huge_pages ? core::allocate_host(bytes) : std::malloc(bytes)),
-        &std::free);
+  // Where the benchmark's buffers come from (with --huge-pages, mappings on huge pages).
+  struct HostBuffer {
+    HostBuffer(size_t n, bool huge)
+        : bytes(n),
+          huge(huge),
+          data(static_cast<char*>(huge ? core::allocate_host(n) : std::malloc(n))) {}
+    ~HostBuffer() { huge ? core::free_host(data, bytes) : std::free(data); }
+    HostBuffer(const HostBuffer&) = delete;
+    HostBuffer& operator=(const HostBuffer&) = delete;
+    size_t bytes;
+    bool huge;
+    char* data;
   };
-  auto from = allocate();
-  auto to = allocate();
-  if (!from || !to) return 0;
-  std::memset(from.get(), 1, bytes);
-  std::memset(to.get(), 0, bytes);
+  HostBuffer from(bytes, huge_pages);
+  HostBuffer to(bytes, huge_pages);
+  if (from.data == nullptr || to.data == nullptr) return NAN;  // the header prints it as nan
+  std::memset(from.data, 1, bytes);
+  std::memset(to.data, 0, bytes);
   double best = 1e30;
   for (int rep = 0; rep < reps; ++rep) {
     const auto t0 = Clock::now();
-    std::memcpy(to.get(), from.get(), bytes);
+    std::memcpy(to.data, from.data, bytes);
     best = std::min(best, seconds_since(t0));
     // Read what was written, so the copy cannot be dropped.
-    from.get()[static_cast<size_t>(rep) % bytes] = to.get()[(static_cast<size_t>(rep) + 1) % bytes];
+    from.data[static_cast<size_t>(rep) % bytes] = to.data[(static_cast<size_t>(rep) + 1) % bytes];
   }
   return bytes / best / 1e9;
 }
@@ -81,7 +89,6 @@ double memcpy_gbps(size_t bytes, int reps, bool huge_pages) {
 PhysicalLimits measure_limits(int cuda_device, bool huge_pages) {
   PhysicalLimits limits;
   limits.memcpy_gbps = memcpy_gbps(64u << 20, 5, huge_pages);
-  limits.huge_pages = huge_pages;
   limits.transparent_huge_pages = core::transparent_huge_pages();
   limits.tcp_loopback_gbps = tcp_loopback_gbps();
   if (cuda_device < 0) return limits;

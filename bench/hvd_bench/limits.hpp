@@ -10,7 +10,6 @@ namespace hvd::bench {
 
 struct PhysicalLimits {
   double memcpy_gbps = 0;              // one thread, 64 MiB, best of 5 (bytes copied per second)
-  bool huge_pages = false;             // the memcpy's buffers on 2 MiB pages (advised)
   std::string transparent_huge_pages;  // the kernel's mode: always, madvise, never
   double tcp_loopback_gbps = 0;        // one TCP stream over 127.0.0.1, 512 MiB
   double cuda_d2d_gbps = -1;           // cudaMemcpy device to device, 256 MiB; < 0: not measured

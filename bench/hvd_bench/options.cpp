@@ -235,7 +235,8 @@ const char* usage_text() {
          "  --huge-pages            host buffers, and the header's memcpy, on 2 MiB pages\n"
          "                          (transparent huge pages, advised): on one host a peer's\n"
          "                          single-copy read then pins 2 MiB at a time, not 4 KiB.\n"
-         "                          Default: 4 KiB pages, as malloc gives a framework\n"
+         "                          Default: malloc's pages, as a framework's tensors get\n"
+         "                          (4 KiB unless the kernel's THP mode is 'always')\n"
          "  --timeout SECONDS       bound on every wait (default HVD_TIMEOUT)\n"
          "  --process-set R,R,...   run on a process set of these job ranks (a child of the\n"
          "                          job's communicator, hvd_comm_create_process_set); busbw\n"
@@ -429,8 +430,8 @@ Result<Options> parse_options(int argc, char** argv) {
                        std::string(o.check_args ? "--check-args" : "--tensors"));
   }
   if (o.huge_pages && (o.memory != HVD_MEMORY_HOST || o.tensors > 0)) {
-    return usage_error(
-        "--huge-pages places the tables' host buffers: not with --mem cuda or --tensors");
+    return usage_error("--huge-pages places the tables' host buffers: not with " +
+                       std::string(o.tensors > 0 ? "--tensors" : "--mem cuda"));
   }
   if (!o.compare.empty()) HVD_RETURN_IF_ERROR(check_compare(o));
   if (o.latency) {

@@ -157,12 +157,17 @@ void Report::header(const JobInfo& job, const PhysicalLimits& limits) {
     std::printf(", CUDA copy not measured (%s)", limits.cuda_note.c_str());
   }
   std::printf("\n");
-  if (limits.huge_pages) {
-    std::printf(
-        "# Host buffers and the memcpy on huge pages (--huge-pages; transparent huge pages: "
-        "%s%s)\n",
-        limits.transparent_huge_pages.c_str(),
-        limits.transparent_huge_pages == "never" ? ", so 4 KiB pages after all" : "");
+  if (o.memory == HVD_MEMORY_HOST) {
+    const std::string& thp = limits.transparent_huge_pages;
+    if (o.huge_pages) {
+      std::printf(
+          "# Host buffers and the memcpy on huge pages, advised (--huge-pages; transparent "
+          "huge pages: %s%s)\n",
+          thp.c_str(), thp == "never" ? ", so 4 KiB pages after all" : "");
+    } else {
+      std::printf("# Host buffers from malloc (transparent huge pages: %s%s)\n", thp.c_str(),
+                  thp == "always" ? ", so large ones on huge pages too" : ": 4 KiB pages");
+    }
   }
   std::printf("#\n");
   std::fflush(stdout);

@@ -71,14 +71,23 @@ if "$bench" --check-args --latency >/dev/null 2>&1; then fail "--check-args --la
 echo "== --huge-pages: the buffers and the header's memcpy on huge pages, said in the header and JSON"
 "$hvdrun" -np 2 --timeout 120 -- "$bench" --backend gloo --huge-pages -b 3M -e 6M -n 2 -w 1 \
   -J "$work/huge.json" >"$work/huge.txt"
-grep -q "# Host buffers and the memcpy on huge pages (--huge-pages; transparent huge pages: [a-z]*" \
+grep -Eq "# Host buffers and the memcpy on huge pages, advised \(--huge-pages; transparent huge pages: (always|madvise|never|unknown)" \
   "$work/huge.txt" || fail "no huge-pages line in the header: $(head -8 "$work/huge.txt")"
-jq -e '.settings.huge_pages and (.limits.transparent_huge_pages | test("^(always|madvise|never|unknown)$"))
+grep -Eq "# Host buffers from malloc \(transparent huge pages: (always|madvise|never|unknown)" \
+  "$work/gloo.txt" || fail "no malloc line in the default header: $(head -8 "$work/gloo.txt")"
+jq -e '.settings.huge_pages == true and
+       (.limits.transparent_huge_pages | test("^(always|madvise|never|unknown)$"))
        and .limits.memcpy_GBps > 0 and ([.results[] | .out_of_place.nwrong == 0 and
        .in_place.nwrong == 0] | all and length == 2)' "$work/huge.json" >/dev/null ||
   fail "huge pages: $(jq -c '{settings, limits, results}' "$work/huge.json")"
-jq -e '.settings.huge_pages | not' "$work/gloo.json" >/dev/null || fail "huge pages by default"
-if "$bench" --huge-pages --mem cuda >/dev/null 2>&1; then fail "--huge-pages --mem cuda was accepted"; fi
+jq -e '.settings.huge_pages == false' "$work/gloo.json" >/dev/null || fail "huge pages by default"
+for other in "--mem cuda" "--tensors 4"; do
+  status=0
+  # shellcheck disable=SC2086  # the option and its value are two words
+  "$bench" --huge-pages $other >/dev/null 2>"$work/huge-refused.txt" || status=$?
+  [ "$status" = 2 ] && grep -q -- "--huge-pages places the tables' host buffers: not with ${other% *}" \
+    "$work/huge-refused.txt" || fail "--huge-pages $other: exit $status, $(cat "$work/huge-refused.txt")"
+done
 
 echo "== fusion mode: 64 named tensors per step, fused, grouped and unfused"
 "$hvdrun" -np 3 --timeout 120 -- "$bench" --backend gloo --tensors 64 --tensor-bytes 1K -n 3 -w 1 \

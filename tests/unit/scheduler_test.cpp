@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "comm/copy_blocks.hpp"
+#include "common/host_memory.hpp"
 #include "fake_collectives.hpp"
 #include "tensor_workload.hpp"
 
@@ -565,9 +566,8 @@ std::string mapping_flags(const void* p) {
     unsigned long long from = 0, to = 0;
     if (line.rfind("VmFlags:", 0) == 0) {
       if (inside) return line.substr(8) + " ";
-    } else if (std::sscanf(line.c_str(), "%llx-%llx ", &from, &to) ==
-               2) {  // a mapping's first line
-      inside = from <= at && at < to;
+    } else if (std::sscanf(line.c_str(), "%llx-%llx ", &from, &to) == 2) {
+      inside = from <= at && at < to;  // a mapping's first line: its address range
     }
   }
   return "";
@@ -575,21 +575,35 @@ std::string mapping_flags(const void* p) {
 
 }  // namespace
 
-// The fusion buffer is read by the peers' single-copy transfers: from 2 MiB up it lies on 2 MiB
-// boundaries with huge pages advised (whatever the kernel's THP mode: the advice is what hvd
-// gives); below, ordinary malloc.
+// The fusion buffer is read by the peers' single-copy transfers: from 2 MiB up it is a mapping
+// of its own on 2 MiB boundaries with huge pages advised (the advice is what hvd gives, whatever
+// the kernel then makes of it), in whole huge pages; below, ordinary malloc.
 TEST(StagingBuffer, AdvisesHugePagesFromTwoMebibytes) {
-  hvd::core::StagingBuffer large;
-  char* p = large.reserve((size_t{64} << 20) + 3);
-  ASSERT_NE(p, nullptr);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t{2} << 20), 0u);
-  EXPECT_NE(mapping_flags(p).find(" hg "), std::string::npos) << mapping_flags(p);
-  std::memset(p, 1, (size_t{64} << 20) + 3);  // all of it is there
+  using hvd::core::kHugePageBytes;
+  if (hvd::core::transparent_huge_pages() == "unknown") {
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
+  }
+  void* below = hvd::core::allocate_host(kHugePageBytes - 1);
+  void* at = hvd::core::allocate_host(kHugePageBytes);
+  ASSERT_NE(below, nullptr);
+  ASSERT_NE(at, nullptr);
+  if (mapping_flags(at).empty()) GTEST_SKIP() << "/proc/self/smaps gives no VmFlags here";
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(at) % kHugePageBytes, 0u);
+  EXPECT_NE(mapping_flags(at).find(" hg "), std::string::npos) << mapping_flags(at);
+  EXPECT_EQ(mapping_flags(below).find(" hg "), std::string::npos) << mapping_flags(below);
+  hvd::core::free_host(below, kHugePageBytes - 1);
+  hvd::core::free_host(at, kHugePageBytes);
+  EXPECT_EQ(hvd::core::host_allocation_bytes(SIZE_MAX), 0u);  // no wrap-around to a tiny block
 
-  hvd::core::StagingBuffer small;
-  char* q = small.reserve(4096);
-  ASSERT_NE(q, nullptr);
-  EXPECT_EQ(mapping_flags(q).find(" hg "), std::string::npos) << mapping_flags(q);
+  hvd::core::StagingBuffer large;
+  const size_t bytes = (size_t{64} << 20) + 3;
+  char* p = large.reserve(bytes);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePageBytes, 0u);
+  EXPECT_NE(mapping_flags(p).find(" hg "), std::string::npos) << mapping_flags(p);
+  EXPECT_EQ(large.size(), size_t{66} << 20);  // whole huge pages
+  std::memset(p, 1, large.size());            // writable to the end (ASan would see a short one)
+  EXPECT_EQ(large.reserve(size_t{65} << 20), p);  // a growth within them keeps the buffer
 }
 
 TEST(Scheduler, CudaTensorsOnAHostBackendAreFusedInHostMemoryWithTheirScaleFactors) {

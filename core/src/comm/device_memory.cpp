@@ -1,7 +1,6 @@
 #include "comm/device_memory.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <utility>
@@ -258,8 +257,12 @@ char* StagingBuffer::reserve(size_t bytes, DeviceMemory* pin_with, int32_t devic
     pinned_by_ = data_ != nullptr ? pin_with : nullptr;
     pin_refused_ = data_ == nullptr;
   }
-  if (data_ == nullptr) data_ = static_cast<char*>(allocate_host(want));
-  size_ = data_ != nullptr ? want : 0;
+  size_t have = want;
+  if (data_ == nullptr) {
+    data_ = static_cast<char*>(allocate_host(want));
+    have = host_allocation_bytes(want);  // whole huge pages: a growth within them is free
+  }
+  size_ = data_ != nullptr ? have : 0;
   return data_;
 }
 
@@ -298,7 +301,7 @@ void StagingBuffer::release() {
   if (pinned_by_ != nullptr) {
     pinned_by_->free_pinned(data_);
   } else {
-    std::free(data_);
+    free_host(data_, size_);
   }
   data_ = nullptr;
   size_ = 0;

@@ -13,13 +13,19 @@
 
 namespace hvd::core {
 
-// The size from which a buffer is worth huge pages: one 2 MiB page.
+// A transparent huge page on x86-64 and on arm64 with 4 KiB base pages (with 64 KiB base pages
+// it is 512 MiB, and the advice below rarely finds a whole one to use).
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-// At least `bytes` of ordinary memory, freed with std::free; null when there is none. From
-// kHugePageBytes up it starts on a 2 MiB boundary and the kernel is advised to back it with
-// transparent huge pages (where THP is off, the advice does nothing); below, plain malloc.
+// What allocate_host(bytes) reserves: `bytes` rounded up to whole huge pages from
+// kHugePageBytes up (0 where that overflows), `bytes` below.
+size_t host_allocation_bytes(size_t bytes);
+
+// At least `bytes` of ordinary memory, freed with free_host(p, bytes); null when there is none.
+// From kHugePageBytes up: a mapping of its own on a 2 MiB boundary, with the kernel advised to
+// back it with transparent huge pages (the advice ends with the mapping); below, malloc.
 void* allocate_host(size_t bytes);
+void free_host(void* p, size_t bytes);
 
 // The kernel's transparent huge page mode: "always", "madvise" or "never" ("unknown" where the
 // kernel does not say).
