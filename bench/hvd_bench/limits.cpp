@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "bootstrap/socket.hpp"
+#include "buffer.hpp"
 #include "common/host_memory.hpp"
 
 #ifdef HVD_BENCH_WITH_CUDA
@@ -57,31 +57,18 @@ double tcp_loopback_gbps() {
 }  // namespace
 
 double memcpy_gbps(size_t bytes, int reps, bool huge_pages) {
-  // Where the benchmark's buffers come from (with --huge-pages, mappings on huge pages).
-  struct HostBuffer {
-    HostBuffer(size_t n, bool huge)
-        : bytes(n),
-          huge(huge),
-          data(static_cast<char*>(huge ? core::allocate_host(n) : std::malloc(n))) {}
-    ~HostBuffer() { huge ? core::free_host(data, bytes) : std::free(data); }
-    HostBuffer(const HostBuffer&) = delete;
-    HostBuffer& operator=(const HostBuffer&) = delete;
-    size_t bytes;
-    bool huge;
-    char* data;
-  };
-  HostBuffer from(bytes, huge_pages);
-  HostBuffer to(bytes, huge_pages);
-  if (from.data == nullptr || to.data == nullptr) return NAN;  // the header prints it as nan
-  std::memset(from.data, 1, bytes);
-  std::memset(to.data, 0, bytes);
+  // Buffers as the benchmark's own are (with --huge-pages, on huge pages), every page touched.
+  Result<Buffer> from = Buffer::allocate(HVD_MEMORY_HOST, -1, bytes, huge_pages);
+  Result<Buffer> to = Buffer::allocate(HVD_MEMORY_HOST, -1, bytes, huge_pages);
+  if (!from.ok() || !to.ok()) return NAN;  // the header prints it as nan
   double best = 1e30;
   for (int rep = 0; rep < reps; ++rep) {
     const auto t0 = Clock::now();
-    std::memcpy(to.data, from.data, bytes);
+    std::memcpy(to->data(), from->data(), bytes);
     best = std::min(best, seconds_since(t0));
     // Read what was written, so the copy cannot be dropped.
-    from.data[static_cast<size_t>(rep) % bytes] = to.data[(static_cast<size_t>(rep) + 1) % bytes];
+    from->data()[static_cast<size_t>(rep) % bytes] =
+        to->data()[(static_cast<size_t>(rep) + 1) % bytes];
   }
   return bytes / best / 1e9;
 }

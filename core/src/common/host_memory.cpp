@@ -26,7 +26,7 @@ void* allocate_host(size_t bytes) {
   const auto start = reinterpret_cast<uintptr_t>(mapped);
   const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   if (aligned > start) munmap(mapped, aligned - start);
-  const uintptr_t tail = start + size + kHugePageBytes - (aligned + size);
+  const uintptr_t tail = start + kHugePageBytes - aligned;  // what is left past the buffer
   if (tail > 0) munmap(reinterpret_cast<void*>(aligned + size), tail);
   void* p = reinterpret_cast<void*>(aligned);
   // Where the kernel has no THP the advice fails, and the pages are 4 KiB ones.
