@@ -7,9 +7,12 @@
 //    copies from pageable memory (goal: >= 1.5x);
 //  - device fusion: 1024 float32 tensors of 16 KiB packed into the fusion buffer and unpacked by
 //    the device executor's copy-and-scale launches, against one device-to-device cudaMemcpy of
-//    the whole batch (goal: <= 2x), and the executor's host time per tensor (ready event,
-//    ordering, launches; goal: <= 2 us); the same bytes as one tensor of 12 MiB and 1023 of
-//    4 KiB (a batch whose spans differ in size).
+//    the whole batch (goal: <= 2x), from the host's first launch to completion and on the device
+//    alone (the launches queued behind other work, as the executor's are in training), and the
+//    executor's host time per tensor (ready event, ordering, launches; goal: <= 2 us); the same
+//    bytes as one tensor of 12 MiB and 1023 of 4 KiB (a batch whose spans differ in size) and as
+//    128 tensors of 128 KiB (a launch's smaller parameters); a launch of the kernel that copies
+//    nothing beside a 4-byte cudaMemsetAsync (what a launch costs).
 // Each figure is the median of --reps repetitions. Exit 77 (skipped) where no GPU is usable.
 #include <cuda_runtime_api.h>
 
@@ -67,6 +70,33 @@ double timed(int reps, cudaStream_t stream, Work&& work) {
     seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
   return median(seconds);
+}
+
+// Seconds the device spends on `work` (which queues on `stream`), median of `reps`: its launches
+// are queued behind `gate` (a memset long enough for the host to queue them all), so the events
+// around them time the device alone, not the host's launches. Negative: it failed.
+template <typename Work>
+double device_timed(int reps, cudaStream_t stream, void* gate, size_t gate_bytes, Work&& work) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1;
+  std::vector<double> seconds;
+  for (int r = 0; r < reps; ++r) {
+    float ms = 0;
+    if (cudaMemsetAsync(gate, r, gate_bytes, stream) != cudaSuccess ||
+        cudaEventRecord(start, stream) != cudaSuccess) {
+      break;
+    }
+    work();
+    if (cudaEventRecord(stop, stream) != cudaSuccess ||
+        cudaStreamSynchronize(stream) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      break;
+    }
+    seconds.push_back(ms / 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return static_cast<int>(seconds.size()) == reps ? median(seconds) : -1;
 }
 
 void row(const char* what, double value, const char* unit, const char* goal) {
@@ -146,14 +176,24 @@ int main(int argc, char** argv) {
   }
   // Inputs of 0x3f bytes (0.74... as float32): halved and doubled they come back bit for bit.
   if (!ok(cudaMemset(inputs, 0x3f, batch_bytes), "cudaMemset")) return 1;
-  const double copy_s = timed(reps, stream, [&] {
+  // The gate that device_timed queues work behind: 512 MiB of memset, a few hundred microseconds.
+  const size_t gate_bytes = 512u << 20;
+  void* gate = nullptr;
+  if (!ok(cudaMalloc(&gate, gate_bytes), "cudaMalloc")) return 1;
+  const auto one_copy = [&] {
     (void)cudaMemcpyAsync(fusion, inputs, batch_bytes, cudaMemcpyDeviceToDevice, stream);
-  });
-  if (copy_s < 0) return 1;
+  };
+  const double copy_s = timed(reps, stream, one_copy);
+  const double copy_device_s = device_timed(reps, stream, gate, gate_bytes, one_copy);
+  if (copy_s < 0 || copy_device_s < 0) return 1;
   // Tensors of `sizes` bytes, one after another from the start of the inputs (and outputs): one
-  // span each, as tensors of their own would be, packed and unpacked (x0.5, x2); seconds, or
-  // negative when a launch or the check failed.
-  const auto pack_and_unpack = [&](const std::vector<size_t>& sizes) -> double {
+  // span each, as tensors of their own would be, packed and unpacked (x0.5, x2); seconds from
+  // the host's first launch to completion and on the device alone, or negative when a launch or
+  // the check failed.
+  struct Seconds {
+    double wall, device;
+  };
+  const auto pack_and_unpack = [&](const std::vector<size_t>& sizes) -> Seconds {
     std::vector<CopySpan> pack, unpack;
     size_t at = 0;
     for (size_t size : sizes) {
@@ -161,43 +201,59 @@ int main(int argc, char** argv) {
       unpack.push_back({outputs + at, fusion + at, size / sizeof(float)});
       at += size;
     }
-    if (!ok(cudaMemset(outputs, 0, batch_bytes), "cudaMemset")) return -1;
+    const Seconds failed{-1, -1};
+    if (!ok(cudaMemset(outputs, 0, batch_bytes), "cudaMemset")) return failed;
     Status packed;
-    const double seconds = timed(reps, stream, [&] {
+    const auto work = [&] {
       packed = runtime.copy_scaled(pack.data(), pack.size(), HVD_FLOAT32, 0.5, device, stream);
       if (packed.ok()) {
         packed = runtime.copy_scaled(unpack.data(), unpack.size(), HVD_FLOAT32, 2, device, stream);
       }
-    });
-    if (!ok(packed, "copy_scaled") || seconds < 0) return -1;
+    };
+    const Seconds seconds{timed(reps, stream, work),
+                          device_timed(reps, stream, gate, gate_bytes, work)};
+    if (!ok(packed, "copy_scaled") || seconds.wall < 0 || seconds.device < 0) return failed;
     std::vector<char> in(at), out(at);
     if (!ok(cudaMemcpy(in.data(), inputs, at, cudaMemcpyDeviceToHost), "cudaMemcpy") ||
         !ok(cudaMemcpy(out.data(), outputs, at, cudaMemcpyDeviceToHost), "cudaMemcpy")) {
-      return -1;
+      return failed;
     }
     if (in != out) {
       std::fprintf(stderr,
                    "hvd-gpu-bench: pack + unpack (x0.5, x2) did not give the inputs back\n");
-      return -1;
+      return failed;
     }
     return seconds;
   };
-  const double fused_s = pack_and_unpack(std::vector<size_t>(tensors, bytes));
-  if (fused_s < 0) return 1;
+  const Seconds fused = pack_and_unpack(std::vector<size_t>(tensors, bytes));
+  if (fused.wall < 0) return 1;
   std::printf("device fusion, 1024 float32 tensors of 16 KiB (16 MiB)\n");
   row("one cudaMemcpyAsync device -> device of the batch", copy_s * 1e6, "us", "");
-  row("pack + unpack, copy-and-scale launches (x0.5, x2)", fused_s * 1e6, "us", "");
-  row("pack + unpack / one copy", fused_s / copy_s, "x", "goal <= 2");
+  row("pack + unpack, copy-and-scale launches (x0.5, x2)", fused.wall * 1e6, "us", "");
+  row("pack + unpack / one copy", fused.wall / copy_s, "x", "goal <= 2");
+  row("on the device alone: one copy", copy_device_s * 1e6, "us", "");
+  row("on the device alone: pack + unpack", fused.device * 1e6, "us", "");
+  row("on the device alone: pack + unpack / one copy", fused.device / copy_device_s, "x", "");
 
   // Nearly the same bytes as one tensor of 12 MiB and 1023 of 4 KiB: each span's blocks are its
   // own, so the large one does not multiply the small ones' (copy_blocks.hpp).
   std::vector<size_t> mixed(tensors, 4u << 10);
   mixed[0] = 12u << 20;
-  const double mixed_s = pack_and_unpack(mixed);
-  if (mixed_s < 0) return 1;
+  const Seconds mixed_s = pack_and_unpack(mixed);
+  if (mixed_s.wall < 0) return 1;
   std::printf("device fusion, one float32 tensor of 12 MiB and 1023 of 4 KiB (16 MiB - 4 KiB)\n");
-  row("pack + unpack, copy-and-scale launches (x0.5, x2)", mixed_s * 1e6, "us", "");
-  row("pack + unpack / one copy of 16 MiB (above)", mixed_s / copy_s, "x", "");
+  row("pack + unpack, copy-and-scale launches (x0.5, x2)", mixed_s.wall * 1e6, "us", "");
+  row("pack + unpack / one copy of 16 MiB (above)", mixed_s.wall / copy_s, "x", "");
+  row("on the device alone: pack + unpack / one copy", mixed_s.device / copy_device_s, "x", "");
+
+  // The same bytes as 128 tensors of 128 KiB: a launch of up to 128 spans carries 3.6 KiB of
+  // parameters (copy_scaled.cu).
+  const Seconds few = pack_and_unpack(std::vector<size_t>(128, 128u << 10));
+  if (few.wall < 0) return 1;
+  std::printf("device fusion, 128 float32 tensors of 128 KiB (16 MiB)\n");
+  row("pack + unpack, copy-and-scale launches (x0.5, x2)", few.wall * 1e6, "us", "");
+  row("pack + unpack / one copy of 16 MiB (above)", few.wall / copy_s, "x", "");
+  row("on the device alone: pack + unpack / one copy", few.device / copy_device_s, "x", "");
 
   // The executor's host time per tensor: its ready event at submission, then the batch queued
   // (waits, launches, the completion event). The backend's call is left out (a no-op here).
@@ -232,11 +288,35 @@ int main(int argc, char** argv) {
       host_us.push_back(seconds * 1e6 / static_cast<double>(tensors));
     }
   }
-  row("device executor host time per tensor", median(host_us), "us", "goal <= 2");
+  std::printf("device executor, 1024 float32 tensors of 16 KiB\n");
+  row("host time per tensor", median(host_us), "us", "goal <= 2");
+
+  // What a launch costs before any copying: the kernel's parameters hold every span the launch
+  // can take (3.6 KiB up to 128 spans, 28 KiB above), where a runtime call's carry a few bytes.
+  std::printf("a launch that copies nothing, queued to completion\n");
+  // Empty spans: one, which takes the small parameters, and 129, which take the large ones.
+  const std::vector<CopySpan> nothing(129, CopySpan{fusion, inputs, 0});
+  Status launched;
+  const auto empty_launch = [&](size_t spans) {
+    return timed(reps, stream, [&] {
+      const Status s = runtime.copy_scaled(nothing.data(), spans, HVD_FLOAT32, 0.5, device, stream);
+      if (!s.ok()) launched = s;
+    });
+  };
+  const double small_launch_s = empty_launch(1);
+  const double large_launch_s = empty_launch(nothing.size());
+  const double memset_s = timed(reps, stream, [&] { (void)cudaMemsetAsync(fusion, 0, 4, stream); });
+  if (!ok(launched, "copy_scaled") || small_launch_s < 0 || large_launch_s < 0 || memset_s < 0) {
+    return 1;
+  }
+  row("copy-and-scale launch of 1 empty span (3.6 KiB params)", small_launch_s * 1e6, "us", "");
+  row("copy-and-scale launch of 129 empty spans (28 KiB params)", large_launch_s * 1e6, "us", "");
+  row("cudaMemsetAsync of 4 bytes", memset_s * 1e6, "us", "");
 
   cudaFree(inputs);
   cudaFree(outputs);
   cudaFree(fusion);
+  cudaFree(gate);
   cudaFree(on_device);
   runtime.destroy_stream(stream, device);
   return 0;

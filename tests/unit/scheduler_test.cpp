@@ -718,9 +718,10 @@ void device_fused_allreduces(hvd_dtype dtype, int count) {
   }
 }
 
-// The copy-and-scale kernel's grid (copy_blocks.hpp, the code the kernel runs): each span a run
-// of blocks of its own, enough for one pass of 16 KiB a block, between 1 and 1024; every block
-// of the launch finds the span whose run holds it.
+// The copy-and-scale kernel's grid (copy_blocks.hpp, the search the kernel runs with a warp):
+// each span a run of blocks of its own, enough for one pass of 16 KiB a block, between 1 and
+// 1024; every block of the launch finds the span whose run holds it, and the run's end, in
+// batches whose last group of 32 spans is whole, partial or a single span.
 TEST(CopyBlocks, EachSpanGetsARunOfItsOwnAndEveryBlockFindsIt) {
   using namespace hvd::core::copy_blocks;
   EXPECT_EQ(blocks_for(0), 1u);
@@ -731,29 +732,39 @@ TEST(CopyBlocks, EachSpanGetsARunOfItsOwnAndEveryBlockFindsIt) {
   EXPECT_EQ(blocks_for((16 << 20) + 1), 1024u);  // more passes
   EXPECT_EQ(blocks_for(uint64_t{1} << 40), 1024u);
   std::mt19937_64 random(7);
-  const std::vector<std::vector<uint64_t>> batches = {
-      {0},
-      {uint64_t{1} << 30},
-      std::vector<uint64_t>(1024, 16 << 10),
-      [&] {  // one large tensor among 1023 small ones of odd sizes
-        std::vector<uint64_t> sizes(1024);
-        for (uint64_t& size : sizes) size = random() % 70000;
-        sizes[517] = 64 << 20;
-        return sizes;
-      }()};
+  const auto odd_sizes = [&](size_t count) {  // one large tensor among small ones of odd sizes
+    std::vector<uint64_t> sizes(count);
+    for (uint64_t& size : sizes) size = random() % 70000;
+    sizes[count / 2] = 64 << 20;
+    return sizes;
+  };
+  const std::vector<std::vector<uint64_t>> batches = {{0},
+                                                      {uint64_t{1} << 30},
+                                                      std::vector<uint64_t>(1024, 16 << 10),
+                                                      std::vector<uint64_t>(33, 40 << 10),
+                                                      odd_sizes(1024),
+                                                      odd_sizes(1023),
+                                                      odd_sizes(64),
+                                                      odd_sizes(65),
+                                                      odd_sizes(31)};
   for (const std::vector<uint64_t>& sizes : batches) {
-    std::vector<uint32_t> first_block;
+    std::vector<uint32_t> first_block, group_first_block;
     uint32_t blocks = 0;
     for (uint64_t bytes : sizes) {
+      if (first_block.size() % kLanes == 0) group_first_block.push_back(blocks);
       first_block.push_back(blocks);
       blocks += blocks_for(bytes);
     }
     const uint32_t count = static_cast<uint32_t>(sizes.size());
+    ASSERT_EQ(group_first_block.size(), groups_of(count));
     for (uint32_t k = 0; k < count; ++k) {
       const uint32_t end = k + 1 < count ? first_block[k + 1] : blocks;
       ASSERT_EQ(end - first_block[k], blocks_for(sizes[k]));
       for (uint32_t block = first_block[k]; block < end; ++block) {
-        ASSERT_EQ(span_of(first_block.data(), count, block), k) << "block " << block;
+        const auto run = run_of(first_block.data(), group_first_block.data(), count, blocks, block);
+        ASSERT_EQ(run.span, k) << count << " spans, block " << block;
+        ASSERT_EQ(run.first, first_block[k]) << count << " spans, block " << block;
+        ASSERT_EQ(run.end, end) << count << " spans, block " << block;
       }
     }
   }
