@@ -75,9 +75,8 @@ Result<Placement> placement_of(const torch::Tensor& t) {
 }
 
 std::vector<int64_t> shape_of(const torch::Tensor& t) {
-  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
-  if (shape.empty()) shape.push_back(1);  // a scalar is one element
-  return shape;
+  if (t.dim() == 0) return {1};  // a scalar is one element
+  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
 }
 
 // Broadcasts each named tensor by name (fused by the scheduler), through a contiguous copy where
