@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -73,29 +74,36 @@ double timed(int reps, cudaStream_t stream, Work&& work) {
 }
 
 // Seconds the device spends on `work` (which queues on `stream`), median of `reps`: its launches
-// are queued behind `gate` (a memset long enough for the host to queue them all), so the events
-// around them time the device alone, not the host's launches. Negative: it failed.
+// are queued behind `gate` (a memset long enough for the host to queue them all: checked), so the
+// events around them time the device alone, not the host's launches. The stream is spun on, at
+// most 60 s. Negative: it failed, and says why.
 template <typename Work>
 double device_timed(int reps, cudaStream_t stream, void* gate, size_t gate_bytes, Work&& work) {
   cudaEvent_t start = nullptr, stop = nullptr;
-  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1;
+  const bool made = ok(cudaEventCreate(&start), "cudaEventCreate") &&
+                    ok(cudaEventCreate(&stop), "cudaEventCreate");
   std::vector<double> seconds;
-  for (int r = 0; r < reps; ++r) {
-    float ms = 0;
-    if (cudaMemsetAsync(gate, r, gate_bytes, stream) != cudaSuccess ||
-        cudaEventRecord(start, stream) != cudaSuccess) {
+  for (int r = 0; made && r < reps; ++r) {
+    if (!ok(cudaMemsetAsync(gate, r, gate_bytes, stream), "cudaMemsetAsync") ||
+        !ok(cudaEventRecord(start, stream), "cudaEventRecord")) {
       break;
     }
     work();
-    if (cudaEventRecord(stop, stream) != cudaSuccess ||
-        cudaStreamSynchronize(stream) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+    if (cudaEventQuery(start) != cudaErrorNotReady) {
+      std::fprintf(stderr, "hvd-gpu-bench: the gate ended before the work was queued\n");
       break;
     }
+    if (!ok(cudaEventRecord(stop, stream), "cudaEventRecord")) break;
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    cudaError_t rc;
+    while ((rc = cudaStreamQuery(stream)) == cudaErrorNotReady && Clock::now() < deadline) {
+    }
+    float ms = 0;
+    if (!ok(rc, "cudaStreamQuery") || !ok(cudaEventElapsedTime(&ms, start, stop), "events")) break;
     seconds.push_back(ms / 1e3);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
   return static_cast<int>(seconds.size()) == reps ? median(seconds) : -1;
 }
 
@@ -174,9 +182,17 @@ int main(int argc, char** argv) {
       !ok(cudaMalloc(reinterpret_cast<void**>(&fusion), batch_bytes), "cudaMalloc")) {
     return 1;
   }
-  // Inputs of 0x3f bytes (0.74... as float32): halved and doubled they come back bit for bit.
-  if (!ok(cudaMemset(inputs, 0x3f, batch_bytes), "cudaMemset")) return 1;
-  // The gate that device_timed queues work behind: 512 MiB of memset, a few hundred microseconds.
+  // Inputs of whole numbers 1 .. 65536, a different one at each position of the span it is in:
+  // halved and doubled they come back bit for bit, and a span copied to another's place shows.
+  {
+    std::vector<float> numbers(batch_bytes / sizeof(float));
+    for (size_t i = 0; i < numbers.size(); ++i) numbers[i] = static_cast<float>(i % 65536 + 1);
+    if (!ok(cudaMemcpy(inputs, numbers.data(), batch_bytes, cudaMemcpyHostToDevice),
+            "cudaMemcpy")) {
+      return 1;
+    }
+  }
+  // The gate that device_timed queues work behind: 512 MiB of memset, over 100 us on an H100.
   const size_t gate_bytes = 512u << 20;
   void* gate = nullptr;
   if (!ok(cudaMalloc(&gate, gate_bytes), "cudaMalloc")) return 1;
@@ -187,44 +203,82 @@ int main(int argc, char** argv) {
   const double copy_device_s = device_timed(reps, stream, gate, gate_bytes, one_copy);
   if (copy_s < 0 || copy_device_s < 0) return 1;
   // Tensors of `sizes` bytes, one after another from the start of the inputs (and outputs): one
-  // span each, as tensors of their own would be, packed and unpacked (x0.5, x2); seconds from
-  // the host's first launch to completion and on the device alone, or negative when a launch or
-  // the check failed.
+  // span each, as tensors of their own would be, packed and unpacked (x0.5, x2; or x1, a copy of
+  // bytes). `work` queues the two passes; `gives_back` runs them once and checks the outputs.
+  struct Batch {
+    std::vector<CopySpan> pack, unpack;
+    size_t bytes = 0;
+    double factor = 0.5;
+    Status queued;
+    void work(DeviceMemory& memory, int32_t on, cudaStream_t s) {
+      queued = memory.copy_scaled(pack.data(), pack.size(), HVD_FLOAT32, factor, on, s);
+      if (queued.ok()) {
+        queued = memory.copy_scaled(unpack.data(), unpack.size(), HVD_FLOAT32, 1 / factor, on, s);
+      }
+    }
+  };
+  const auto batch_of = [&](const std::vector<size_t>& sizes, double factor) {
+    Batch b;
+    b.factor = factor;
+    for (size_t size : sizes) {
+      b.pack.push_back({fusion + b.bytes, inputs + b.bytes, size / sizeof(float)});
+      b.unpack.push_back({outputs + b.bytes, fusion + b.bytes, size / sizeof(float)});
+      b.bytes += size;
+    }
+    return b;
+  };
+  const auto gives_back = [&](Batch& b) {
+    if (!ok(cudaMemset(outputs, 0, batch_bytes), "cudaMemset")) return false;
+    if (timed(1, stream, [&] { b.work(runtime, device, stream); }) < 0 ||
+        !ok(b.queued, "copy_scaled")) {
+      return false;
+    }
+    std::vector<char> in(b.bytes), out(b.bytes);
+    if (!ok(cudaMemcpy(in.data(), inputs, b.bytes, cudaMemcpyDeviceToHost), "cudaMemcpy") ||
+        !ok(cudaMemcpy(out.data(), outputs, b.bytes, cudaMemcpyDeviceToHost), "cudaMemcpy")) {
+      return false;
+    }
+    if (in != out) {
+      std::fprintf(stderr,
+                   "hvd-gpu-bench: pack + unpack (x%g, x%g) of %zu spans did not give the inputs "
+                   "back\n",
+                   b.factor, 1 / b.factor, b.pack.size());
+      return false;
+    }
+    return true;
+  };
+  // Seconds from the host's first launch to completion and on the device alone, or negative
+  // when a launch or the check failed.
   struct Seconds {
     double wall, device;
   };
   const auto pack_and_unpack = [&](const std::vector<size_t>& sizes) -> Seconds {
-    std::vector<CopySpan> pack, unpack;
-    size_t at = 0;
-    for (size_t size : sizes) {
-      pack.push_back({fusion + at, inputs + at, size / sizeof(float)});
-      unpack.push_back({outputs + at, fusion + at, size / sizeof(float)});
-      at += size;
-    }
-    const Seconds failed{-1, -1};
-    if (!ok(cudaMemset(outputs, 0, batch_bytes), "cudaMemset")) return failed;
-    Status packed;
+    Batch b = batch_of(sizes, 0.5);
     const auto work = [&] {
-      packed = runtime.copy_scaled(pack.data(), pack.size(), HVD_FLOAT32, 0.5, device, stream);
-      if (packed.ok()) {
-        packed = runtime.copy_scaled(unpack.data(), unpack.size(), HVD_FLOAT32, 2, device, stream);
-      }
+      if (b.queued.ok()) b.work(runtime, device, stream);
     };
     const Seconds seconds{timed(reps, stream, work),
                           device_timed(reps, stream, gate, gate_bytes, work)};
-    if (!ok(packed, "copy_scaled") || seconds.wall < 0 || seconds.device < 0) return failed;
-    std::vector<char> in(at), out(at);
-    if (!ok(cudaMemcpy(in.data(), inputs, at, cudaMemcpyDeviceToHost), "cudaMemcpy") ||
-        !ok(cudaMemcpy(out.data(), outputs, at, cudaMemcpyDeviceToHost), "cudaMemcpy")) {
-      return failed;
-    }
-    if (in != out) {
-      std::fprintf(stderr,
-                   "hvd-gpu-bench: pack + unpack (x0.5, x2) did not give the inputs back\n");
-      return failed;
+    if (!ok(b.queued, "copy_scaled") || seconds.wall < 0 || seconds.device < 0 || !gives_back(b)) {
+      return {-1, -1};
     }
     return seconds;
   };
+
+  // Batches whose spans end within a group of 32 and just past one, of a launch's small and large
+  // parameters, of odd sizes (vectors and single elements), some empty and one of 1 MiB + 4:
+  // each block must find its own span.
+  std::mt19937 random(11);
+  for (const size_t count : {1, 2, 31, 32, 33, 127, 128, 129, 1023, 1024}) {
+    std::vector<size_t> sizes(count);
+    for (size_t& size : sizes) size = random() % 4 == 0 ? 0 : (random() % 3500) * sizeof(float);
+    sizes[count / 2] = (1u << 20) + sizeof(float);
+    for (const double factor : {0.5, 1.0}) {
+      Batch b = batch_of(sizes, factor);
+      if (!gives_back(b)) return 1;
+    }
+  }
+  std::printf("device fusion: batches of 1 to 1024 spans of odd sizes come back bit for bit\n");
   const Seconds fused = pack_and_unpack(std::vector<size_t>(tensors, bytes));
   if (fused.wall < 0) return 1;
   std::printf("device fusion, 1024 float32 tensors of 16 KiB (16 MiB)\n");
@@ -293,8 +347,8 @@ int main(int argc, char** argv) {
 
   // What a launch costs before any copying: the kernel's parameters hold every span the launch
   // can take (3.6 KiB up to 128 spans, 28 KiB above), where a runtime call's carry a few bytes.
-  std::printf("a launch that copies nothing, queued to completion\n");
-  // Empty spans: one, which takes the small parameters, and 129, which take the large ones.
+  // 128 and 129 empty spans: nearly the same grid, with the small and the large parameters.
+  std::printf("a launch that copies nothing, from the host's call to completion\n");
   const std::vector<CopySpan> nothing(129, CopySpan{fusion, inputs, 0});
   Status launched;
   const auto empty_launch = [&](size_t spans) {
@@ -303,13 +357,13 @@ int main(int argc, char** argv) {
       if (!s.ok()) launched = s;
     });
   };
-  const double small_launch_s = empty_launch(1);
-  const double large_launch_s = empty_launch(nothing.size());
+  const double small_launch_s = empty_launch(128);
+  const double large_launch_s = empty_launch(129);
   const double memset_s = timed(reps, stream, [&] { (void)cudaMemsetAsync(fusion, 0, 4, stream); });
   if (!ok(launched, "copy_scaled") || small_launch_s < 0 || large_launch_s < 0 || memset_s < 0) {
     return 1;
   }
-  row("copy-and-scale launch of 1 empty span (3.6 KiB params)", small_launch_s * 1e6, "us", "");
+  row("copy-and-scale launch of 128 empty spans (3.6 KiB params)", small_launch_s * 1e6, "us", "");
   row("copy-and-scale launch of 129 empty spans (28 KiB params)", large_launch_s * 1e6, "us", "");
   row("cudaMemsetAsync of 4 bytes", memset_s * 1e6, "us", "");
 

@@ -718,7 +718,8 @@ void device_fused_allreduces(hvd_dtype dtype, int count) {
   }
 }
 
-// The copy-and-scale kernel's grid (copy_blocks.hpp, the search the kernel runs with a warp):
+// The copy-and-scale kernel's grid (copy_blocks.hpp; the kernel runs the same search with a warp,
+// checked on a GPU by hvd-gpu-bench's batches of 1 to 1024 spans):
 // each span a run of blocks of its own, enough for one pass of 16 KiB a block, between 1 and
 // 1024; every block of the launch finds the span whose run holds it, and the run's end, in
 // batches whose last group of 32 spans is whole, partial or a single span.

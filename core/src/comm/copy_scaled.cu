@@ -4,8 +4,9 @@
 //
 // The spans travel in the launch's parameters, so nothing is copied to the device before the
 // kernel runs: up to 128 spans in 3.6 KiB, more in 28 KiB (CUDA 12.1 raised the limit from 4 KiB
-// to 32 KiB on Volta and later). A launch whose parameters pass 4 KiB costs the host more (the
-// empty launch of hvd-gpu-bench), so a batch of up to 128 spans takes the small one.
+// to 32 KiB on Volta and later). A launch whose parameters pass 4 KiB takes longer from the call
+// to completion (hvd-gpu-bench's empty launches), so a batch of up to 128 spans takes the small
+// one.
 // Each span has a run of blocks of its own (copy_blocks.hpp), which stride over it, 16 bytes at a
 // time where both ends are 16-byte aligned; a block finds its run with one warp's two ballots.
 #include <cuda_bf16.h>
@@ -40,6 +41,7 @@ static_assert(sizeof(Spans<kFewSpans>) + 8 <= 4096, "the small launch's paramete
 static_assert(sizeof(Spans<DeviceMemory::kSpansPerLaunch>) + 8 <= 32764,
               "a launch's parameters hold 32764 bytes");
 static_assert(DeviceMemory::kSpansPerLaunch <= copy_blocks::kMaxSpans);
+static_assert(kThreads % copy_blocks::kLanes == 0, "the search's ballots take a whole warp");
 
 using copy_blocks::Run;
 
@@ -132,6 +134,7 @@ __global__ void copy_scaled(const __grid_constant__ Spans<kCapacity> spans, Fact
 template <uint32_t kCapacity>
 int launch(const CopySpan* spans, size_t count, hvd_dtype dtype, double factor,
            cudaStream_t stream) {
+  if (count == 0 || count > kCapacity) return cudaErrorInvalidValue;
   const size_t element = hvd_dtype_size(dtype);
   // A copy moves bytes: its counts become byte counts.
   const size_t unit = factor == 1 ? 1 : element;
