@@ -1,9 +1,8 @@
 // copy_blocks.hpp — how one launch of the batched copy-and-scale kernel (copy_scaled.cu) shares
 // its grid among its spans: each span gets a run of blocks of its own, enough to copy it in one
-// pass, at least one and at most kMaxBlocksPerSpan (more passes above that); a block finds its
-// span among the runs' first blocks. A batch of one large tensor and many small
-// ones then launches about as many blocks as it has work for, where a grid of (the longest span's
-// blocks) x (spans) would be mostly blocks with nothing to do.
+// pass, at least one and at most kMaxBlocksPerSpan (more passes above that). A batch of one large
+// tensor and many small ones then launches about as many blocks as it has work for, where a grid
+// of (the longest span's blocks) x (spans) would be mostly blocks with nothing to do.
 //
 // A block finds its span in two steps 32 entries wide, where a binary search would take ten
 // dependent reads of the launch's parameters: first among the first blocks of every 32nd span

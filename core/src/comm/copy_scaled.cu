@@ -134,7 +134,7 @@ __global__ void copy_scaled(const __grid_constant__ Spans<kCapacity> spans, Fact
 template <uint32_t kCapacity>
 int launch(const CopySpan* spans, size_t count, hvd_dtype dtype, double factor,
            cudaStream_t stream) {
-  if (count == 0 || count > kCapacity) return cudaErrorInvalidValue;
+  if (count > kCapacity) return cudaErrorInvalidValue;
   const size_t element = hvd_dtype_size(dtype);
   // A copy moves bytes: its counts become byte counts.
   const size_t unit = factor == 1 ? 1 : element;
