@@ -6,7 +6,8 @@
 #
 #   1. 2 ranks on shm, 64 MiB float32 allreduce: ofi's busbw over hvd's mpi backend's (the
 #      --compare column), over MPI_Allreduce called directly, and over the memcpy bandwidth that
-#      hvd-bench measured in the same job; out of place and in place. Then the same job with
+#      hvd-bench measured in the same job (one thread alone, and each rank's with both ranks
+#      copying at once: they share the memory); out of place and in place. Then the same job with
 #      the buffers and the memcpy on huge pages (--huge-pages; the keys end in _huge), the two
 #      jobs taking turns at going first.
 #   2. 2 ranks, 8 B allreduce, OSU-style: ofi's p50 over MPI_Allreduce's p50 (lower is better);
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --bin) bin=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --no-hosts) hosts=0; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "ofi_bench: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -55,10 +56,10 @@ for i in $(seq 1 "$runs"); do
     [ "$pages" = huge ] && flag=(--huge-pages) suffix=_huge
     "$bin/hvdrun" --mpi -np 2 "$bin/hvd-bench" --backend ofi,mpi --compare mpi --baseline \
       -b 64M -e 64M "${flag[@]}" -J "$out/shm64M-$pages-$i.json" > "$out/shm64M-$pages-$i.txt"
-    jq -r --arg s "$suffix" '(.limits.memcpy_GBps) as $m
+    jq -r --arg s "$suffix" '(.limits.memcpy_GBps) as $m | (.limits.memcpy_all_ranks_GBps) as $a
            | ([.results[] | select(.backend == "mpi")][0]) as $mpi
            | .results[] | select(.backend == "ofi")
-           | "vs_mpi_backend_oop\($s) \(.compare.ratio_out_of_place)\nvs_mpi_backend_ip\($s) \(.compare.ratio_in_place)\nvs_MPI_Allreduce_oop\($s) \(.out_of_place.bus_bw / $mpi.direct.out_of_place.bus_bw)\nvs_MPI_Allreduce_ip\($s) \(.in_place.bus_bw / $mpi.direct.in_place.bus_bw)\nvs_memcpy_oop\($s) \(.out_of_place.bus_bw / $m)\nvs_memcpy_ip\($s) \(.in_place.bus_bw / $m)"' \
+           | "vs_mpi_backend_oop\($s) \(.compare.ratio_out_of_place)\nvs_mpi_backend_ip\($s) \(.compare.ratio_in_place)\nvs_MPI_Allreduce_oop\($s) \(.out_of_place.bus_bw / $mpi.direct.out_of_place.bus_bw)\nvs_MPI_Allreduce_ip\($s) \(.in_place.bus_bw / $mpi.direct.in_place.bus_bw)\nvs_memcpy_oop\($s) \(.out_of_place.bus_bw / $m)\nvs_memcpy_ip\($s) \(.in_place.bus_bw / $m)\nvs_memcpy_all_ranks_oop\($s) \(.out_of_place.bus_bw / $a)\nvs_memcpy_all_ranks_ip\($s) \(.in_place.bus_bw / $a)"' \
       "$out/shm64M-$pages-$i.json" >> "$ratios"
   done
 
@@ -96,8 +97,10 @@ if [ -s "$out/hosts3-rows.txt" ]; then
 fi
 
 for key in vs_mpi_backend_oop vs_mpi_backend_ip vs_MPI_Allreduce_oop vs_MPI_Allreduce_ip \
-           vs_memcpy_oop vs_memcpy_ip vs_mpi_backend_oop_huge vs_mpi_backend_ip_huge \
-           vs_MPI_Allreduce_oop_huge vs_MPI_Allreduce_ip_huge vs_memcpy_oop_huge vs_memcpy_ip_huge \
+           vs_memcpy_oop vs_memcpy_ip vs_memcpy_all_ranks_oop vs_memcpy_all_ranks_ip \
+           vs_mpi_backend_oop_huge vs_mpi_backend_ip_huge vs_MPI_Allreduce_oop_huge \
+           vs_MPI_Allreduce_ip_huge vs_memcpy_oop_huge vs_memcpy_ip_huge \
+           vs_memcpy_all_ranks_oop_huge vs_memcpy_all_ranks_ip_huge \
            p50_over_MPI_Allreduce libfabric_alone_over_MPI_Allreduce \
            hvd_ofi_over_libfabric_alone same_loop_ofi_over_MPI_Allreduce three_hosts_min_vs_gloo \
            three_hosts_median_vs_gloo three_hosts_smallest_row_median; do

@@ -56,21 +56,38 @@ double tcp_loopback_gbps() {
 
 }  // namespace
 
-double memcpy_gbps(size_t bytes, int reps, bool huge_pages) {
-  // Buffers as the benchmark's own are (with --huge-pages, on huge pages), every page touched.
-  Result<Buffer> from = Buffer::allocate(HVD_MEMORY_HOST, -1, bytes, huge_pages);
-  Result<Buffer> to = Buffer::allocate(HVD_MEMORY_HOST, -1, bytes, huge_pages);
-  if (!from.ok() || !to.ok()) return NAN;  // the header prints it as nan
-  double best = 1e30;
+CopyProbe::CopyProbe(size_t bytes, bool huge_pages)
+    : bytes_(bytes),
+      from_(Buffer::allocate(HVD_MEMORY_HOST, -1, bytes, huge_pages)),
+      to_(Buffer::allocate(HVD_MEMORY_HOST, -1, bytes, huge_pages)) {}
+
+std::vector<double> CopyProbe::seconds_per_copy(int reps) {
+  std::vector<double> seconds;
+  if (!from_.ok() || !to_.ok() || bytes_ == 0) return seconds;
   for (int rep = 0; rep < reps; ++rep) {
     const auto t0 = Clock::now();
-    std::memcpy(to->data(), from->data(), bytes);
-    best = std::min(best, seconds_since(t0));
+    std::memcpy(to_->data(), from_->data(), bytes_);
+    seconds.push_back(seconds_since(t0));
     // Read what was written, so the copy cannot be dropped.
-    from->data()[static_cast<size_t>(rep) % bytes] =
-        to->data()[(static_cast<size_t>(rep) + 1) % bytes];
+    from_->data()[static_cast<size_t>(rep) % bytes_] =
+        to_->data()[(static_cast<size_t>(rep) + 1) % bytes_];
   }
-  return bytes / best / 1e9;
+  std::sort(seconds.begin(), seconds.end());
+  return seconds;
+}
+
+double CopyProbe::best_gbps(int reps) {
+  const std::vector<double> s = seconds_per_copy(reps);
+  return s.empty() ? NAN : bytes_ / s.front() / 1e9;
+}
+
+double CopyProbe::median_gbps(int reps) {
+  const std::vector<double> s = seconds_per_copy(reps);
+  return s.empty() ? NAN : bytes_ / s[s.size() / 2] / 1e9;
+}
+
+double memcpy_gbps(size_t bytes, int reps, bool huge_pages) {
+  return CopyProbe(bytes, huge_pages).best_gbps(reps);
 }
 
 PhysicalLimits measure_limits(int cuda_device, bool huge_pages) {

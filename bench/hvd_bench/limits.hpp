@@ -5,11 +5,18 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
+
+#include "buffer.hpp"
 
 namespace hvd::bench {
 
 struct PhysicalLimits {
-  double memcpy_gbps = 0;              // one thread, 64 MiB, best of 5 (bytes copied per second)
+  double memcpy_gbps = 0;  // one thread, 64 MiB, best of 5 (bytes copied per second)
+  // Each rank's memcpy while every rank of the job copies at once (the mean over the ranks; the
+  // median of 7 copies each): what each rank gets when the ranks of a host share its memory.
+  // < 0: not measured (one rank).
+  double memcpy_all_ranks_gbps = -1;
   std::string transparent_huge_pages;  // the kernel's mode: always, madvise, never
   double tcp_loopback_gbps = 0;        // one TCP stream over 127.0.0.1, 512 MiB
   double cuda_d2d_gbps = -1;           // cudaMemcpy device to device, 256 MiB; < 0: not measured
@@ -19,6 +26,22 @@ struct PhysicalLimits {
 // Measures memcpy (between buffers on huge pages with `huge_pages`, as hvd-bench's then are) and
 // loopback TCP; the device copy too when `cuda_device` >= 0.
 PhysicalLimits measure_limits(int cuda_device, bool huge_pages);
+
+// memcpy between two buffers of `bytes` (on huge pages with `huge_pages`), every page touched
+// when made, so that a measurement can start at a moment of its own (after a barrier).
+class CopyProbe {
+ public:
+  CopyProbe(size_t bytes, bool huge_pages);
+  // GB/s of bytes copied over `reps` copies: the fastest one's, or the median one's; NaN if the
+  // buffers could not be had (the header prints nan).
+  double best_gbps(int reps);
+  double median_gbps(int reps);
+
+ private:
+  std::vector<double> seconds_per_copy(int reps);
+  size_t bytes_;
+  Result<Buffer> from_, to_;
+};
 
 // One thread's memcpy of `bytes`, best of `reps`, in GB/s of bytes copied: the yardstick of the
 // header and of hvd-micro's reduction kernels.

@@ -645,6 +645,14 @@ class Bench {
     PhysicalLimits limits;
     if (comm.rank() == printer_) limits = measure_limits(device, o_.huge_pages);
     HVD_RETURN_IF_ERROR(comm.barrier());
+    // Then every rank at once, as a collective's ranks copy: they share the memory's bandwidth.
+    if (comm.size() > 1) {
+      CopyProbe probe(64u << 20, o_.huge_pages);
+      HVD_RETURN_IF_ERROR(comm.barrier());
+      double gbps = probe.median_gbps(7);
+      HVD_RETURN_IF_ERROR(comm.allreduce(&gbps, &gbps, 1, HVD_SUM));
+      limits.memcpy_all_ranks_gbps = gbps / comm.size();
+    }
     report_.header(job, limits);
     if (!o_.compare.empty()) {
       report_.note("--compare " + o_.compare + ": " + o_.compare +

@@ -151,6 +151,10 @@ void Report::header(const JobInfo& job, const PhysicalLimits& limits) {
       "# Physical limits measured now: memcpy %.2f GB/s (one thread, 64 MiB), loopback TCP "
       "%.2f GB/s (one stream)",
       limits.memcpy_gbps, limits.tcp_loopback_gbps);
+  if (job.ranks > 1) {
+    std::printf(",\n#   memcpy %.2f GB/s per rank, the %d ranks copying at once",
+                limits.memcpy_all_ranks_gbps, job.ranks);
+  }
   if (limits.cuda_d2d_gbps >= 0) {
     std::printf(", CUDA device-to-device copy %.1f GB/s", limits.cuda_d2d_gbps);
   } else if (o.memory == HVD_MEMORY_CUDA) {
@@ -755,6 +759,8 @@ Status Report::write_json(const std::string& path) const {
   }
   JsonObject limits;
   limits.num("memcpy_GBps", limits_.memcpy_gbps)
+      .num("memcpy_all_ranks_GBps",
+           limits_.memcpy_all_ranks_gbps >= 0 ? limits_.memcpy_all_ranks_gbps : NAN)
       .num("tcp_loopback_GBps", limits_.tcp_loopback_gbps);
   limits.num("cuda_d2d_GBps", limits_.cuda_d2d_gbps >= 0 ? limits_.cuda_d2d_gbps : NAN)
       .str("transparent_huge_pages", limits_.transparent_huge_pages);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hvd-bench as a user runs it: a short job at 3 ranks, every collective, whose JSON must parse
-# and report no wrong element; a process set of 2 of 3 ranks, the third waiting without spinning;
+# and report no wrong element, with the header's memory limits (and at 1 rank); a process set of 2 of 3 ranks, the third waiting without spinning;
 # --check-args' overhead columns; the same on a deliberately wrong backend, where the check must
 # catch it; the plot.
 #
@@ -36,6 +36,16 @@ jq -e '[.results[] | select(.collective == "reduce_scatter" and .type == "float"
 jq -e '[.results[] | select(.direct.out_of_place) | .direct.ratio_out_of_place] | length > 0' \
   "$work/gloo.json" >/dev/null || fail "no baseline ratios in the JSON"
 grep -q "Avg bus bandwidth" "$work/gloo.txt" || fail "no footer in the table"
+# The header's memory limits: one thread alone, then every rank at once (one rank: alone only).
+grep -Eq "#   memcpy [0-9.]+ GB/s per rank, the 3 ranks copying at once$" "$work/gloo.txt" ||
+  fail "no all-ranks memcpy line in the header: $(head -8 "$work/gloo.txt")"
+jq -e '.limits.memcpy_GBps > 0 and .limits.memcpy_all_ranks_GBps > 0' "$work/gloo.json" \
+  >/dev/null || fail "limits: $(jq -c '.limits' "$work/gloo.json")"
+"$hvdrun" -np 1 --timeout 120 -- "$bench" --backend gloo -b 8 -e 8 -n 1 -w 0 -J "$work/one.json" \
+  >"$work/one.txt"
+jq -e '.limits.memcpy_GBps > 0 and .limits.memcpy_all_ranks_GBps == null' "$work/one.json" \
+  >/dev/null || fail "1 rank's limits: $(jq -c '.limits' "$work/one.json")"
+if grep -q "copying at once" "$work/one.txt"; then fail "an all-ranks memcpy line at 1 rank"; fi
 
 echo "== --process-set: ranks 0 and 2 of 3 measure, rank 1 waits in a blocking read"
 "$hvdrun" -np 3 --timeout 120 -- "$bench" --backend gloo --process-set 2,0 --baseline -b 8 -e 1M \
