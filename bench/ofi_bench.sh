@@ -59,7 +59,7 @@ for i in $(seq 1 "$runs"); do
     jq -r --arg s "$suffix" '(.limits.memcpy_GBps) as $m | (.limits.memcpy_all_ranks_GBps) as $a
            | ([.results[] | select(.backend == "mpi")][0]) as $mpi
            | .results[] | select(.backend == "ofi")
-           | "vs_mpi_backend_oop\($s) \(.compare.ratio_out_of_place)\nvs_mpi_backend_ip\($s) \(.compare.ratio_in_place)\nvs_MPI_Allreduce_oop\($s) \(.out_of_place.bus_bw / $mpi.direct.out_of_place.bus_bw)\nvs_MPI_Allreduce_ip\($s) \(.in_place.bus_bw / $mpi.direct.in_place.bus_bw)\nvs_memcpy_oop\($s) \(.out_of_place.bus_bw / $m)\nvs_memcpy_ip\($s) \(.in_place.bus_bw / $m)\nvs_memcpy_all_ranks_oop\($s) \(.out_of_place.bus_bw / $a)\nvs_memcpy_all_ranks_ip\($s) \(.in_place.bus_bw / $a)"' \
+           | "vs_mpi_backend_oop\($s) \(.compare.ratio_out_of_place)\nvs_mpi_backend_ip\($s) \(.compare.ratio_in_place)\nvs_MPI_Allreduce_oop\($s) \(.out_of_place.bus_bw / $mpi.direct.out_of_place.bus_bw)\nvs_MPI_Allreduce_ip\($s) \(.in_place.bus_bw / $mpi.direct.in_place.bus_bw)\nvs_memcpy_oop\($s) \(.out_of_place.bus_bw / $m)\nvs_memcpy_ip\($s) \(.in_place.bus_bw / $m)\(if $a == null then "" else "\nvs_memcpy_all_ranks_oop\($s) \(.out_of_place.bus_bw / $a)\nvs_memcpy_all_ranks_ip\($s) \(.in_place.bus_bw / $a)" end)"' \
       "$out/shm64M-$pages-$i.json" >> "$ratios"
   done
 

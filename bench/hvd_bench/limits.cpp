@@ -61,29 +61,21 @@ CopyProbe::CopyProbe(size_t bytes, bool huge_pages)
       from_(Buffer::allocate(HVD_MEMORY_HOST, -1, bytes, huge_pages)),
       to_(Buffer::allocate(HVD_MEMORY_HOST, -1, bytes, huge_pages)) {}
 
-std::vector<double> CopyProbe::seconds_per_copy(int reps) {
-  std::vector<double> seconds;
-  if (!from_.ok() || !to_.ok() || bytes_ == 0) return seconds;
-  for (int rep = 0; rep < reps; ++rep) {
-    const auto t0 = Clock::now();
-    std::memcpy(to_->data(), from_->data(), bytes_);
-    seconds.push_back(seconds_since(t0));
-    // Read what was written, so the copy cannot be dropped.
-    from_->data()[static_cast<size_t>(rep) % bytes_] =
-        to_->data()[(static_cast<size_t>(rep) + 1) % bytes_];
-  }
-  std::sort(seconds.begin(), seconds.end());
+double CopyProbe::copy_seconds() {
+  const auto t0 = Clock::now();
+  std::memcpy(to_->data(), from_->data(), bytes_);
+  const double seconds = seconds_since(t0);
+  // Read what was written, so the copy cannot be dropped.
+  const size_t at = static_cast<size_t>(copies_++);
+  from_->data()[at % bytes_] = to_->data()[(at + 1) % bytes_];
   return seconds;
 }
 
 double CopyProbe::best_gbps(int reps) {
-  const std::vector<double> s = seconds_per_copy(reps);
-  return s.empty() ? NAN : bytes_ / s.front() / 1e9;
-}
-
-double CopyProbe::median_gbps(int reps) {
-  const std::vector<double> s = seconds_per_copy(reps);
-  return s.empty() ? NAN : bytes_ / s[s.size() / 2] / 1e9;
+  if (!ok()) return NAN;
+  double best = INFINITY;
+  for (int rep = 0; rep < reps; ++rep) best = std::min(best, copy_seconds());
+  return gbps(best);
 }
 
 double memcpy_gbps(size_t bytes, int reps, bool huge_pages) {

@@ -5,17 +5,16 @@
 
 #include <cstddef>
 #include <string>
-#include <vector>
-
 #include "buffer.hpp"
 
 namespace hvd::bench {
 
 struct PhysicalLimits {
   double memcpy_gbps = 0;  // one thread, 64 MiB, best of 5 (bytes copied per second)
-  // Each rank's memcpy while every rank of the job copies at once (the mean over the ranks; the
-  // median of 7 copies each): what each rank gets when the ranks of a host share its memory.
-  // < 0: not measured (one rank).
+  // Each rank's memcpy while every rank of the job copies at once (each rank's fastest of 5
+  // copies, each begun by every rank together; the mean over the ranks): what each rank gets
+  // when the ranks of a host share its memory. < 0: not measured (one rank); NaN: a rank
+  // could not have its buffers.
   double memcpy_all_ranks_gbps = -1;
   std::string transparent_huge_pages;  // the kernel's mode: always, madvise, never
   double tcp_loopback_gbps = 0;        // one TCP stream over 127.0.0.1, 512 MiB
@@ -28,18 +27,22 @@ struct PhysicalLimits {
 PhysicalLimits measure_limits(int cuda_device, bool huge_pages);
 
 // memcpy between two buffers of `bytes` (on huge pages with `huge_pages`), every page touched
-// when made, so that a measurement can start at a moment of its own (after a barrier).
+// when made, so that each copy can start at a moment of the caller's choosing (after a barrier).
 class CopyProbe {
  public:
   CopyProbe(size_t bytes, bool huge_pages);
-  // GB/s of bytes copied over `reps` copies: the fastest one's, or the median one's; NaN if the
-  // buffers could not be had (the header prints nan).
+  // False if the buffers could not be had.
+  bool ok() const { return from_.ok() && to_.ok() && bytes_ > 0; }
+  // Seconds that one copy takes (ok() only).
+  double copy_seconds();
+  // GB/s of bytes copied in `seconds`.
+  double gbps(double seconds) const { return static_cast<double>(bytes_) / seconds / 1e9; }
+  // The fastest of `reps` copies, in GB/s; NaN if !ok() (the header prints nan).
   double best_gbps(int reps);
-  double median_gbps(int reps);
 
  private:
-  std::vector<double> seconds_per_copy(int reps);
   size_t bytes_;
+  int copies_ = 0;
   Result<Buffer> from_, to_;
 };
 

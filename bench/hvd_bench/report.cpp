@@ -151,14 +151,14 @@ void Report::header(const JobInfo& job, const PhysicalLimits& limits) {
       "# Physical limits measured now: memcpy %.2f GB/s (one thread, 64 MiB), loopback TCP "
       "%.2f GB/s (one stream)",
       limits.memcpy_gbps, limits.tcp_loopback_gbps);
-  if (job.ranks > 1) {
-    std::printf(",\n#   memcpy %.2f GB/s per rank, the %d ranks copying at once",
-                limits.memcpy_all_ranks_gbps, job.ranks);
-  }
   if (limits.cuda_d2d_gbps >= 0) {
     std::printf(", CUDA device-to-device copy %.1f GB/s", limits.cuda_d2d_gbps);
   } else if (o.memory == HVD_MEMORY_CUDA) {
     std::printf(", CUDA copy not measured (%s)", limits.cuda_note.c_str());
+  }
+  if (job.ranks > 1) {
+    std::printf(",\n#   memcpy %.2f GB/s per rank, the %d ranks copying at once",
+                limits.memcpy_all_ranks_gbps, job.ranks);
   }
   std::printf("\n");
   if (o.memory == HVD_MEMORY_HOST) {

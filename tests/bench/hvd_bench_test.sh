@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # hvd-bench as a user runs it: a short job at 3 ranks, every collective, whose JSON must parse
-# and report no wrong element, with the header's memory limits (and at 1 rank); a process set of 2 of 3 ranks, the third waiting without spinning;
-# --check-args' overhead columns; the same on a deliberately wrong backend, where the check must
-# catch it; the plot.
+# and report no wrong element, with the header's memory limits (and theirs at 1 rank); a process
+# set of 2 of 3 ranks, the third waiting without spinning; --check-args' overhead columns; the
+# same on a deliberately wrong backend, where the check must catch it; the plot.
 #
 #   hvd_bench_test.sh HVDRUN HVD_BENCH HVD_BENCH_PLOT TEST_PLUGIN_DIR [MPIRUN]
 set -euo pipefail
@@ -41,6 +41,10 @@ grep -Eq "#   memcpy [0-9.]+ GB/s per rank, the 3 ranks copying at once$" "$work
   fail "no all-ranks memcpy line in the header: $(head -8 "$work/gloo.txt")"
 jq -e '.limits.memcpy_GBps > 0 and .limits.memcpy_all_ranks_GBps > 0' "$work/gloo.json" \
   >/dev/null || fail "limits: $(jq -c '.limits' "$work/gloo.json")"
+printed=$(sed -nE 's/.*#   memcpy ([0-9.]+) GB\/s per rank.*/\1/p' "$work/gloo.txt")
+awk -v p="$printed" -v j="$(jq '.limits.memcpy_all_ranks_GBps' "$work/gloo.json")" \
+  'BEGIN {exit !(p - j < 0.006 && j - p < 0.006)}' ||
+  fail "the header's all-ranks memcpy ($printed) is not the JSON's"
 "$hvdrun" -np 1 --timeout 120 -- "$bench" --backend gloo -b 8 -e 8 -n 1 -w 0 -J "$work/one.json" \
   >"$work/one.txt"
 jq -e '.limits.memcpy_GBps > 0 and .limits.memcpy_all_ranks_GBps == null' "$work/one.json" \
