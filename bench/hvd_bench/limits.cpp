@@ -71,15 +71,8 @@ double CopyProbe::copy_seconds() {
   return seconds;
 }
 
-double CopyProbe::best_gbps(int reps) {
-  if (!ok()) return NAN;
-  double best = INFINITY;
-  for (int rep = 0; rep < reps; ++rep) best = std::min(best, copy_seconds());
-  return gbps(best);
-}
-
 double memcpy_gbps(size_t bytes, int reps, bool huge_pages) {
-  return CopyProbe(bytes, huge_pages).best_gbps(reps);
+  return *CopyProbe(bytes, huge_pages).best_gbps(reps, [] { return Status::success(); });
 }
 
 PhysicalLimits measure_limits(int cuda_device, bool huge_pages) {

@@ -3,8 +3,11 @@
 #ifndef HVD_BENCH_LIMITS_HPP
 #define HVD_BENCH_LIMITS_HPP
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <string>
+
 #include "buffer.hpp"
 
 namespace hvd::bench {
@@ -33,14 +36,21 @@ class CopyProbe {
   CopyProbe(size_t bytes, bool huge_pages);
   // False if the buffers could not be had.
   bool ok() const { return from_.ok() && to_.ok() && bytes_ > 0; }
-  // Seconds that one copy takes (ok() only).
-  double copy_seconds();
-  // GB/s of bytes copied in `seconds`.
-  double gbps(double seconds) const { return static_cast<double>(bytes_) / seconds / 1e9; }
-  // The fastest of `reps` copies, in GB/s; NaN if !ok() (the header prints nan).
-  double best_gbps(int reps);
+  // The fastest of `reps` copies in GB/s, each begun once `before_each()` (a Status) succeeds;
+  // NaN if !ok() (the header prints nan). `before_each` runs even then, so that ranks meeting in
+  // it (a barrier) stay in step.
+  template <typename Before>
+  Result<double> best_gbps(int reps, Before&& before_each) {
+    double best = INFINITY;
+    for (int rep = 0; rep < reps; ++rep) {
+      HVD_RETURN_IF_ERROR(before_each());
+      if (ok()) best = std::min(best, copy_seconds());
+    }
+    return ok() ? static_cast<double>(bytes_) / best / 1e9 : NAN;
+  }
 
  private:
+  double copy_seconds();
   size_t bytes_;
   int copies_ = 0;
   Result<Buffer> from_, to_;

@@ -641,12 +641,7 @@ class Bench {
   // not have its buffers.
   Result<double> memcpy_all_ranks_gbps(Comm& comm) {
     CopyProbe probe(64u << 20, o_.huge_pages);
-    double fastest = INFINITY;
-    for (int copy = 0; copy < 5; ++copy) {
-      HVD_RETURN_IF_ERROR(comm.barrier());
-      if (probe.ok()) fastest = std::min(fastest, probe.copy_seconds());
-    }
-    const double mine = probe.ok() ? probe.gbps(fastest) : NAN;
+    HVD_ASSIGN_OR_RETURN(const double mine, probe.best_gbps(5, [&] { return comm.barrier(); }));
     std::vector<double> all(static_cast<size_t>(comm.size()));
     const hvd_dtype dtype = byte_dtype(comm);
     HVD_RETURN_IF_ERROR(
