@@ -435,9 +435,13 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  char tmpl[] = "/tmp/hvd-plugin-check.XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) {
-    std::fprintf(stderr, "hvd-plugin-check: mkdtemp: %s\n", std::strerror(errno));
+  // The jobs' reports and output go under $TMPDIR (else /tmp), as mktemp(1) puts its files.
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string tmpl = (tmpdir != nullptr && *tmpdir != '\0' ? std::string(tmpdir) : "/tmp") +
+                     "/hvd-plugin-check.XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    std::fprintf(stderr, "hvd-plugin-check: mkdtemp in %s: %s\n",
+                 tmpl.substr(0, tmpl.rfind('/')).c_str(), std::strerror(errno));
     return 2;
   }
   const fs::path work = tmpl;

@@ -1,10 +1,14 @@
 // Real multi-process jobs: hvdrun, the rank-0-hosted rendezvous, disagreements and failures.
 #include <gtest/gtest.h>
 
-#include <csignal>
+#include <stdlib.h>
 
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <regex>
 #include <string>
 #include <vector>
@@ -405,11 +409,47 @@ std::string case_lines(const std::string& report, const std::string& name) {
   return report.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
 }
 
+// Runs hvd-plugin-check with `arguments` (and `environment` before it) in a $TMPDIR of its own,
+// then checks where it left its work: a run that failed keeps it in the directory it names,
+// under $TMPDIR; any other leaves nothing. Removes that $TMPDIR.
+Job run(const std::string& arguments, const std::string& environment = "") {
+  char scratch[] = "/tmp/hvd-plugin-check-test.XXXXXX";
+  if (::mkdtemp(scratch) == nullptr) {
+    ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+    return Job{};
+  }
+  Job r =
+      hvd::testing::run(environment + " TMPDIR=" + scratch + " " + kPluginCheck + " " + arguments);
+  std::error_code ec;
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(scratch, ec)) {
+    left.push_back(entry.path().string());
+  }
+  if (r.exit_code == 1) {
+    const std::string named = std::string(scratch) + "/hvd-plugin-check.";
+    const bool kept = left.size() == 1 && left[0].rfind(named, 0) == 0 &&
+                      has(r.output, "are kept in " + left[0] + "\n");
+    EXPECT_TRUE(kept) << "a failed run keeps its work under $TMPDIR and names where\n" << r.output;
+    bool has_log = false;
+    for (const auto& entry : std::filesystem::directory_iterator(kept ? left[0] : scratch, ec)) {
+      has_log = has_log || entry.path().extension() == ".log";
+    }
+    EXPECT_TRUE(has_log) << "the kept directory holds no job output\n" << r.output;
+  } else {
+    EXPECT_TRUE(left.empty()) << "hvd-plugin-check (exit " << r.exit_code << ") left "
+                              << (left.empty() ? "" : left[0]) << " behind\n"
+                              << r.output;
+  }
+  std::filesystem::remove_all(scratch, ec);
+  return r;
+}
+
 }  // namespace plugin_check
 
 TEST(PluginCheck, APluginMissingDtypesItDidNotDeclarePassesWithSkips) {
-  Job r = run(kPluginCheck + " " + plugin_check::plugin(kTestPlugins, "kvsmin") +
-              " -np 1,2 --max-count 1023 --filter 'AllDtypesAndOps/Allreduce.*:Timeouts.*'");
+  Job r = plugin_check::run(
+      plugin_check::plugin(kTestPlugins, "kvsmin") +
+      " -np 1,2 --max-count 1023 --filter 'AllDtypesAndOps/Allreduce.*:Timeouts.*'");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "The plugin passes.")) << r.output;
   const std::string uint8 = plugin_check::case_lines(
@@ -424,8 +464,9 @@ TEST(PluginCheck, APluginMissingDtypesItDidNotDeclarePassesWithSkips) {
 }
 
 TEST(PluginCheck, APluginReturningWrongSumsFailsNamingTheCase) {
-  Job r = run(kPluginCheck + " " + plugin_check::plugin(kTestPlugins, "wrongsum") +
-              " -np 2 --max-count 7 --filter 'AllDtypesAndOps/Allreduce.ExactAtEverySize/int32_*'");
+  Job r = plugin_check::run(
+      plugin_check::plugin(kTestPlugins, "wrongsum") +
+      " -np 2 --max-count 7 --filter 'AllDtypesAndOps/Allreduce.ExactAtEverySize/int32_*'");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   const std::string line = plugin_check::case_lines(
       r.output, "AllDtypesAndOps/Allreduce.ExactAtEverySize/int32_sum_outofplace");
@@ -435,8 +476,8 @@ TEST(PluginCheck, APluginReturningWrongSumsFailsNamingTheCase) {
 }
 
 TEST(PluginCheck, APluginThatIgnoresTheTimeoutFailsTheTimeoutCase) {
-  Job r = run(kPluginCheck + " " + plugin_check::plugin(kFlawedPlugins, "ignoretimeout") +
-              " -np 2 --filter 'Timeouts.*'");
+  Job r = plugin_check::run(plugin_check::plugin(kFlawedPlugins, "ignoretimeout") +
+                            " -np 2 --filter 'Timeouts.*'");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   const std::string line =
       plugin_check::case_lines(r.output, "Timeouts.APeerThatNeverCallsIsTheBackendsOwnTimeout");
@@ -446,8 +487,8 @@ TEST(PluginCheck, APluginThatIgnoresTheTimeoutFailsTheTimeoutCase) {
 }
 
 TEST(PluginCheck, APluginExportingMoreThanItsEntryFailsTheStaticRule) {
-  Job r = run(kPluginCheck + " " + plugin_check::plugin(kFlawedPlugins, "extraexport") +
-              " -np 1 --filter 'Barrier.*'");
+  Job r = plugin_check::run(plugin_check::plugin(kFlawedPlugins, "extraexport") +
+                            " -np 1 --filter 'Barrier.*'");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   const std::string line = plugin_check::case_lines(r.output, "static.ExportsTheEntrySymbolOnly");
   EXPECT_TRUE(has(line, "FAIL")) << r.output;
@@ -457,8 +498,8 @@ TEST(PluginCheck, APluginExportingMoreThanItsEntryFailsTheStaticRule) {
 }
 
 TEST(PluginCheck, APluginNamedOtherwiseThanItsFileFailsTheStaticRule) {
-  Job r = run(kPluginCheck + " " + plugin_check::plugin(kFlawedPlugins, "misnamed") +
-              " -np 1 --filter 'Barrier.*'");
+  Job r = plugin_check::run(plugin_check::plugin(kFlawedPlugins, "misnamed") +
+                            " -np 1 --filter 'Barrier.*'");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   const std::string line = plugin_check::case_lines(r.output, "static.NameIsTheFilesName");
   EXPECT_TRUE(has(line, "FAIL")) << r.output;
@@ -523,15 +564,17 @@ TEST(PluginErrors, ALoadErrorIsTheDynamicLoadersWordsAlone) {
 TEST(PluginCheck, StoppingItStopsTheJobItRuns) {
   const std::string script =
       "dir=$(mktemp -d); cp " + plugin_check::plugin(kTestPlugins, "kvs") +
-      " \"$dir\"/; HVD_TEST_HANG=allreduce " + kPluginCheck +
+      " \"$dir\"/; HVD_TEST_HANG=allreduce TMPDIR=\"$dir\" " + kPluginCheck +
       " \"$dir\"/libhvd-backend-kvs.so -np 2 >/dev/null 2>&1 & pid=$!; sleep 3; "
       "running=$(pgrep -f \"$dir\" | wc -l); kill -TERM $pid; wait $pid; echo \"rc=$?\"; "
-      "sleep 1; echo \"running before=$running after=$(pgrep -f \"$dir\" | wc -l)\"; rm -rf "
+      "sleep 1; echo \"running before=$running after=$(pgrep -f \"$dir\" | wc -l)\"; "
+      "echo \"left: $(ls \"$dir\" | grep -c hvd-plugin-check)\"; rm -rf "
       "\"$dir\"";
   Job r = run("bash -c '" + std::regex_replace(script, std::regex("'"), "'\\''") + "'");
   EXPECT_TRUE(has(r.output, "rc=143")) << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("running before=[1-9][0-9]* after=0")))
       << r.output;
+  EXPECT_TRUE(has(r.output, "left: 0")) << "stopped, it must remove its work\n" << r.output;
 }
 
 // Where no GPU can be used, the nccl backend loads, says why in hvd-info, and refuses init with
@@ -579,9 +622,10 @@ TEST(HvdInfo, FoundThroughPathItSearchesBesideItsBinary) {
 // A failure that breaks the job's communicator fails every case after it: the report points at
 // the first.
 TEST(PluginCheck, ACommunicatorBrokenByOneCaseIsPointedOut) {
-  Job r = run("HVD_TEST_HANG=allreduce HVD_TEST_FAULT_SKIP=4 " + kPluginCheck + " " +
-              plugin_check::plugin(kTestPlugins, "kvs") +
-              " -np 1 --timeout 1 --filter 'AllDtypesAndOps/Allreduce.ExactAtEverySize/int32_*'");
+  Job r = plugin_check::run(
+      plugin_check::plugin(kTestPlugins, "kvs") +
+          " -np 1 --timeout 1 --filter 'AllDtypesAndOps/Allreduce.ExactAtEverySize/int32_*'",
+      "HVD_TEST_HANG=allreduce HVD_TEST_FAULT_SKIP=4");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(std::regex_search(
       r.output,
