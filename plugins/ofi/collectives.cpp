@@ -1,6 +1,8 @@
 #include "collectives.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -274,15 +276,18 @@ class RingPass {
   uint64_t sends_posted_ = 0, sends_retired_ = 0, recvs_posted_ = 0, processed_ = 0;
 };
 
-Result<size_t> size_from_env(const char* name, size_t fallback, size_t minimum) {
+Result<size_t> size_from_env(const char* name, size_t fallback, size_t minimum,
+                             size_t maximum = SIZE_MAX) {
   const std::string text = sdk::env_or(name, "");
   if (text.empty()) return fallback;
   char* end = nullptr;
+  errno = 0;
   const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0' || value < minimum) {
-    return Status(HVD_ERR_INVALID_ARGUMENT, std::string("ofi: ") + name + "='" + text +
-                                                "' is not a whole number of at least " +
-                                                std::to_string(minimum));
+  if (end == text.c_str() || *end != '\0' || text[0] == '-' || errno == ERANGE || value < minimum ||
+      value > maximum) {
+    return Status(HVD_ERR_INVALID_ARGUMENT,
+                  std::string("ofi: ") + name + "='" + text + "' is not a whole number from " +
+                      std::to_string(minimum) + " to " + std::to_string(maximum));
   }
   return static_cast<size_t>(value);
 }
@@ -297,8 +302,9 @@ Result<Tuning> Tuning::from_environment(const std::string& provider) {
   HVD_ASSIGN_OR_RETURN(t.scatter_broadcast_bytes, size_from_env("HVD_OFI_SCATTER_BROADCAST_BYTES",
                                                                 t.scatter_broadcast_bytes, 0));
   HVD_ASSIGN_OR_RETURN(t.segment_bytes, size_from_env("HVD_OFI_SEGMENT_BYTES", t.segment_bytes, 8));
-  HVD_ASSIGN_OR_RETURN(t.segments_in_flight,
-                       size_from_env("HVD_OFI_SEGMENTS_IN_FLIGHT", t.segments_in_flight, 1));
+  HVD_ASSIGN_OR_RETURN(
+      t.segments_in_flight,
+      size_from_env("HVD_OFI_SEGMENTS_IN_FLIGHT", t.segments_in_flight, 1, kMaxSegmentsInFlight));
   return t;
 }
 

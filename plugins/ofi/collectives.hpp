@@ -33,6 +33,8 @@ struct Tuning {
   // without a rendezvous, and a message that comes before its receive is held in a buffer of at
   // most this size; 1 MiB did better than 4 MiB across namespace hosts (docs/performance.md).
   static constexpr size_t kNetworkSegmentBytes = size_t{1} << 20;
+  // Scratch slots times a segment must not overflow; far past any gain.
+  static constexpr size_t kMaxSegmentsInFlight = 1024;
 
   size_t ring_allreduce_bytes = 64 << 10;    // HVD_OFI_RING_ALLREDUCE_BYTES
   size_t scatter_broadcast_bytes = 1 << 20;  // HVD_OFI_SCATTER_BROADCAST_BYTES

@@ -55,4 +55,15 @@ log=$(env -u HVD_OFI_SEGMENT_BYTES -u FI_OFI_RXM_EAGER_LIMIT -u FI_OFI_RXM_BUFFE
   { echo "$log" >&2; fail "1048576 and 0x100000 were taken for different limits"; }
 run_job HVD_OFI_SEGMENT_BYTES=1048576
 [[ "$(init_line)" == *"ring segments of 1048576 B" ]] || fail "HVD_OFI_SEGMENT_BYTES on shm: '$(init_line)'"
-echo "PASS: shm 256 KiB; tcp;ofi_rxm 1 MiB with rxm's eager limit the same; HVD_OFI_SEGMENT_BYTES over both; the user's FI_OFI_RXM_EAGER_LIMIT kept; differing limits refused on every rank, equal ones in another base taken"
+# Values the knobs cannot take fail init on every rank, naming the knob and its range: a negative
+# one (which strtoull would wrap), one past the range, one that is not a number.
+for bad in HVD_OFI_SEGMENTS_IN_FLIGHT=-1 HVD_OFI_SEGMENTS_IN_FLIGHT=1025 HVD_OFI_SEGMENT_BYTES=-8 \
+  HVD_OFI_SEGMENT_BYTES=99999999999999999999 HVD_OFI_RING_ALLREDUCE_BYTES=64k; do
+  log=$(env "$bad" HVD_OFI_PROVIDER=shm "$hvdrun" -np 2 --backend ofi --timeout 10 -- sh -c \
+    '"$0"; s=$?; sleep 1; exit $s' "$hello" 2>&1) && { echo "$log" >&2; fail "$bad was taken"; }
+  for rank in 0 1; do
+    echo "$log" | grep -q "^\[$rank\]<stderr>:hvd init failed: invalid argument: .*ofi: ${bad%%=*}='${bad#*=}' is not a whole number from [0-9]* to [0-9]*$" ||
+      { echo "$log" >&2; fail "rank $rank did not refuse $bad"; }
+  done
+done
+echo "PASS: bad knob values refused on every rank; shm 256 KiB; tcp;ofi_rxm 1 MiB with rxm's eager limit the same; HVD_OFI_SEGMENT_BYTES over both; the user's FI_OFI_RXM_EAGER_LIMIT kept; differing limits refused on every rank, equal ones in another base taken"
