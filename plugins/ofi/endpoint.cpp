@@ -9,6 +9,7 @@
 #include <rdma/fi_tagged.h>
 #include <sched.h>
 #include <signal.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -132,6 +133,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
   ep->timeout_ = ctx.timeout;
   ep->call_budget_ = ep->timeout_ - ep->blame_grace();
   ep->provider_ = provider;
+  ep->heard_.assign(static_cast<size_t>(ctx.size), Notice{});
+  ep->unsent_.assign(static_cast<size_t>(ctx.size), false);
   HVD_RETURN_IF_ERROR(ep->open_objects(ctx, provider, message_bytes));
   HVD_RETURN_IF_ERROR(ep->connect(ctx));
   HVD_RETURN_IF_ERROR(ep->post_notice_receive());
@@ -234,7 +237,15 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
   code = fi_enable(ep_);
   if (code != 0) return fabric_error("fi_enable", code);
   // Only where data moves when this rank progresses it: then a transfer left posted stays still.
-  leave_open_when_broken_ = rxm && info_->domain_attr->data_progress == FI_PROGRESS_MANUAL;
+  // FI_OFI_RXM_DATA_AUTO_PROGRESS (a libfabric boolean) starts a thread of rxm's own that moves
+  // it whatever the domain says: such an endpoint is closed.
+  const char* auto_progress = std::getenv("FI_OFI_RXM_DATA_AUTO_PROGRESS");
+  const bool rxm_moves_data_itself =
+      auto_progress != nullptr &&
+      (std::strcmp(auto_progress, "1") == 0 || strcasecmp(auto_progress, "true") == 0 ||
+       strcasecmp(auto_progress, "yes") == 0 || strcasecmp(auto_progress, "on") == 0);
+  leave_open_when_broken_ =
+      rxm && info_->domain_attr->data_progress == FI_PROGRESS_MANUAL && !rxm_moves_data_itself;
   description_ = std::string(info_->fabric_attr->prov_name) + " on " + info_->domain_attr->name +
                  ", fabric " + info_->fabric_attr->name + limits;
   return Status::success();
@@ -298,13 +309,23 @@ Status Endpoint::post_notice_receive() {
   notice_op_.peer = -1;
   notice_op_.bytes = sizeof(notice_);
   const uint64_t ignore = ~kNoticeBit;  // from any rank
-  for (;;) {
-    const ssize_t posted = fi_trecv(ep_, &notice_, sizeof(notice_), nullptr, FI_ADDR_UNSPEC,
-                                    kNoticeBit, ignore, &notice_op_.context);
-    if (posted == 0) return Status::success();
-    if (posted != -FI_EAGAIN) return fabric_error("posting the notice receive", posted);
-    (void)fi_cq_read(cq_, nullptr, 0);
+  ssize_t posted = -FI_EAGAIN;
+  for (int attempt = 0; attempt < 1000 && posted == -FI_EAGAIN; ++attempt) {
+    posted = fi_trecv(ep_, &notice_, sizeof(notice_), nullptr, FI_ADDR_UNSPEC, kNoticeBit, ignore,
+                      &notice_op_.context);
+    if (posted == -FI_EAGAIN) (void)fi_cq_read(cq_, nullptr, 0);
   }
+  return posted == 0 ? Status::success() : fabric_error("posting the notice receive", posted);
+}
+
+void Endpoint::take_notice() {
+  const Notice notice = notice_;
+  if (notice.rank >= 0 && notice.rank < size_ && notice.rank != rank_) {
+    heard_[static_cast<size_t>(notice.rank)] = notice;
+    if (!notice_arrived_) first_heard_ = notice;
+    notice_arrived_ = true;
+  }
+  (void)post_notice_receive();  // best effort: the endpoint is failing
 }
 
 std::string Endpoint::name_of(int peer) const {
@@ -321,7 +342,7 @@ uint64_t Endpoint::tag(uint32_t index) const {
 }
 
 Status Endpoint::check_usable() const {
-  if (aborted_.load()) {
+  if (aborted()) {
     return Status(HVD_ERR_STATE, "ofi: the communicator was aborted; it takes no more calls");
   }
   if (broken_) {
@@ -339,33 +360,88 @@ Status Endpoint::end(Status failure) {
   }
   if (failure.ok()) {
     ops_.clear();
-    return failure;
-  }
-  if (!broken_) {
+  } else if (!broken_) {
     broken_status_ = failure;
     break_endpoint(failure.code());
   }
+  release();
   return failure;
+}
+
+Status Endpoint::refuse(uint32_t before, const char* what) {
+  if ((before & kInCall) != 0) {  // abort() owns the endpoint this moment, breaking it
+    return Status(HVD_ERR_STATE, "ofi: the communicator was aborted; it takes no more calls");
+  }
+  Status refused;
+  if (aborted() && !broken_) {
+    broken_status_ = Status(HVD_ERR_STATE, "the communicator was aborted");
+    break_endpoint(HVD_ERR_STATE);
+  } else if (notice_arrived_ && !broken_) {  // the last call's data came before a peer's notice
+    call_ = what;
+    refused = notice_failure(first_heard_.rank);
+    broken_status_ = refused;
+    break_endpoint(refused.code());
+  }
+  if (refused.ok()) refused = check_usable();
+  release();
+  return refused;
+}
+
+void Endpoint::release() {
+  const uint32_t before = state_.fetch_and(~kInCall, std::memory_order_acq_rel);
+  // An abort that came during the call left the peers to it.
+  if ((before & kAborted) != 0) break_if_aborted_and_free();
+}
+
+void Endpoint::break_if_aborted_and_free() {
+  uint32_t expected = kAborted;
+  if (!state_.compare_exchange_strong(expected, kAborted | kInCall, std::memory_order_acq_rel)) {
+    return;  // a call owns the endpoint: it breaks it as it ends
+  }
+  if (!broken_) {
+    broken_status_ = Status(HVD_ERR_STATE, "the communicator was aborted");
+    break_endpoint(HVD_ERR_STATE);
+  }
+  state_.fetch_and(~kInCall, std::memory_order_release);
+}
+
+void Endpoint::abort() {
+  state_.fetch_or(kAborted, std::memory_order_acq_rel);
+  break_if_aborted_and_free();
 }
 
 void Endpoint::send_notices(hvd_status code) {
   if (notices_sent_ || ep_ == nullptr) return;
   notices_sent_ = true;
   // Best effort, to every peer: an inject needs no completion.
-  const Notice notice{rank_, static_cast<int32_t>(code), suspect_};
-  if (info_->tx_attr->inject_size < sizeof(notice)) return;
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      const ssize_t sent =
-          fi_tinject(ep_, &notice, sizeof(notice), addresses_[static_cast<size_t>(r)],
-                     kNoticeBit | static_cast<uint64_t>(rank_));
-      if (sent != -FI_EAGAIN) break;
-      (void)fi_cq_read(cq_, nullptr, 0);
-    }
+  sent_ = Notice{rank_, static_cast<int32_t>(code), waits_for_};
+  if (info_->tx_attr->inject_size < sizeof(sent_)) return;
+  for (int r = 0; r < size_; ++r) unsent_[static_cast<size_t>(r)] = r != rank_;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    resend_notices();
+    if (std::find(unsent_.begin(), unsent_.end(), true) == unsent_.end()) break;
+    (void)fi_cq_read(cq_, nullptr, 0);
   }
-  // Let the notices leave (tcp sends from this thread).
-  for (int i = 0; i < 100; ++i) (void)fi_cq_read(cq_, nullptr, 0);
+  // Over ofi_rxm the notices leave when this thread progresses the endpoint, behind whatever the
+  // call had queued for the same peers (ring segments of a MiB): 10 ms of progress lets them go.
+  // shm delivered them as it took them.
+  if (rxm_eager_limit_ == 0) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    resend_notices();
+    (void)fi_cq_read(cq_, nullptr, 0);
+  }
+}
+
+void Endpoint::resend_notices() {
+  for (int r = 0; r < size_; ++r) {
+    if (!unsent_[static_cast<size_t>(r)]) continue;
+    // A peer not yet connected (over ofi_rxm, or shm's first message to it) takes EAGAIN until
+    // both ends have progressed the connection.
+    const ssize_t sent = fi_tinject(ep_, &sent_, sizeof(sent_), addresses_[static_cast<size_t>(r)],
+                                    kNoticeBit | static_cast<uint64_t>(rank_));
+    if (sent != -FI_EAGAIN) unsent_[static_cast<size_t>(r)] = false;
+  }
 }
 
 void Endpoint::break_endpoint(hvd_status code) {
@@ -473,12 +549,14 @@ Result<bool> Endpoint::progress() {
   fi_cq_tagged_entry entries[16];
   const ssize_t n = fi_cq_read(cq_, entries, 16);
   if (n > 0) {
+    bool notice = false;
     for (ssize_t i = 0; i < n; ++i) {
       Op* op = static_cast<Op*>(entries[i].op_context);
       if (op == nullptr) continue;  // not one of this endpoint's posts (fi_tinject asks for none)
-      if (op == &notice_op_) {
-        notice_arrived_ = true;
-        return Status(HVD_ERR_REMOTE, "ofi: a peer's notice");
+      if (op == &notice_op_) {      // after the rest: the data that came before it may end the call
+        take_notice();
+        notice = true;
+        continue;
       }
       if (!op->is_send && entries[i].len != op->bytes) {
         return Status(HVD_ERR_MISMATCH,
@@ -489,7 +567,9 @@ Result<bool> Endpoint::progress() {
       }
       complete(op);
     }
-    return true;
+    if (!notice) return true;
+    stopped_by_notice_ = true;
+    return Status(HVD_ERR_REMOTE, "ofi: a peer's notice");
   }
   if (n == -FI_EAGAIN) return false;
   if (n != -FI_EAVAIL) return fabric_error("fi_cq_read", n);
@@ -502,6 +582,7 @@ Result<bool> Endpoint::progress() {
                              fi_cq_strerror(cq_, error.prov_errno, error.err_data, nullptr, 0) +
                              ")";
   if (op == &notice_op_) {
+    (void)post_notice_receive();
     return Status(HVD_ERR_REMOTE, std::string("ofi ") + call_ + ": a peer's notice: " + detail);
   }
   if (op == nullptr) {
@@ -539,26 +620,14 @@ Status Endpoint::wait_all() {
                     });
 }
 
-// A peer gave up. Its notice names whom it blames: that rank, which this one blames too; or this
-// rank, which then blames the rank it waits for itself (and says so to the others, one of which
-// may be following the chain); or no one (it was aborted): the peer itself.
+// A peer gave up: this rank gives up too, telling the others whom it waits for, and names the
+// rank at the end of the chain of waits.
 Status Endpoint::notice_failure(int waiting_for) {
-  const Notice notice = notice_;
-  const std::string code = hvd_status_name(static_cast<hvd_status>(notice.code));
-  const bool blames_other = notice.suspect >= 0 && notice.suspect < size_ &&
-                            notice.suspect != rank_ && notice.suspect != notice.rank;
+  const Notice notice = first_heard_;
   const std::string what = std::string("ofi ") + call_ + ": " + name_of(notice.rank) +
-                           " gave up on the communicator (" + code;
-  if (notice.suspect == rank_ && waiting_for >= 0 && waiting_for != rank_) {
-    return blame(HVD_ERR_REMOTE,
-                 what + ", blaming this rank), which waits for " + name_of(waiting_for),
-                 waiting_for, "stopped, died, or is in another call");
-  }
-  suspect_ = blames_other ? notice.suspect : notice.rank;
-  send_notices(HVD_ERR_REMOTE);
-  return Status(
-      HVD_ERR_REMOTE,
-      what + (blames_other ? ", blaming " + name_of(notice.suspect) : std::string()) + ")");
+                           " gave up on the communicator (" +
+                           hvd_status_name(static_cast<hvd_status>(notice.code)) + ")";
+  return blame(HVD_ERR_REMOTE, what, waiting_for, "stopped, died, or is in another call", true);
 }
 
 Status Endpoint::timeout_failure(int peer) {
@@ -571,20 +640,38 @@ Status Endpoint::timeout_failure(int peer) {
                peer, "stopped, died, or is in another call");
 }
 
-// The rank this one waited for may itself be waiting for a rank that stopped or died, or have
-// failed because of it: every rank that fails for a peer tells the others whom it blames, and
-// listens a moment for theirs, so that the error follows the chain to the rank at its end.
-Status Endpoint::blame(hvd_status code, const std::string& what, int peer, const char* verdict) {
-  suspect_ = peer;
+// The rank this one waits for may itself wait for a rank that stopped or died: every rank that
+// gives up tells the others whom it waits for, and listens a moment for theirs (blame_grace,
+// within the call's timeout), so that the error follows the chain to the rank at its end. It
+// stops listening as soon as the chain ends at a rank that failed on its own, or closes on itself.
+Status Endpoint::blame(hvd_status code, const std::string& what, int waiting_for,
+                       const char* verdict, bool by_notice) {
+  waits_for_ = waiting_for;
   send_notices(code);
-  std::vector<int> blames(static_cast<size_t>(size_), -1);  // by rank: whom its notice blames
+  // The chain starts at the rank this one waits for; a notice's error has not named it yet.
+  int start = notice_arrived_ ? first_heard_.rank : -1;
+  std::string chain;
+  if (waiting_for >= 0 && waiting_for != rank_) {
+    start = waiting_for;
+    if (by_notice && waiting_for != first_heard_.rank) {
+      chain = "; this rank waits for " + name_of(waiting_for);
+    }
+  }
+  auto resolve = [&](bool final) -> std::optional<std::string> {
+    std::optional<std::string> origin = origin_heard();
+    return origin ? origin : chain_from(start, waiting_for, verdict, final, chain);
+  };
   const auto until = std::chrono::steady_clock::now() + blame_grace();
-  while (std::chrono::steady_clock::now() < until) {
+  std::optional<std::string> blamed = resolve(false);
+  while (!blamed && std::chrono::steady_clock::now() < until) {
+    resend_notices();
     fi_cq_tagged_entry entries[16];
     const ssize_t n = fi_cq_read(cq_, entries, 16);
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry error{};
-      (void)fi_cq_readerr(cq_, &error, 0);
+      if (fi_cq_readerr(cq_, &error, 0) == 1 && error.op_context == &notice_op_) {
+        (void)post_notice_receive();
+      }
       continue;
     }
     if (n <= 0) {
@@ -593,27 +680,56 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int peer, const
     }
     for (ssize_t i = 0; i < n; ++i) {
       Op* op = static_cast<Op*>(entries[i].op_context);
-      if (op != &notice_op_) {
+      if (op == &notice_op_) {
+        take_notice();
+      } else {
         complete(op);
-        continue;
       }
-      if (notice_.rank >= 0 && notice_.rank < size_) {
-        blames[static_cast<size_t>(notice_.rank)] = notice_.suspect;
-      }
-      if (!post_notice_receive().ok()) break;
     }
+    blamed = resolve(false);
   }
-  std::string chain;
+  if (!blamed) blamed = resolve(true);
+  return Status(code, what + *blamed);
+}
+
+// A rank that failed on its own (aborted, a message of the wrong size) is where the failure
+// began, whoever waits for whom: the first such notice heard names it.
+std::optional<std::string> Endpoint::origin_heard() const {
+  auto on_its_own = [this](const Notice& notice) {
+    return notice.rank >= 0 && (notice.waits_for < 0 || notice.waits_for >= size_);
+  };
+  const Notice* origin = notice_arrived_ && on_its_own(first_heard_) ? &first_heard_ : nullptr;
+  for (const Notice& notice : heard_) {
+    if (origin == nullptr && on_its_own(notice)) origin = &notice;
+  }
+  if (origin == nullptr) return std::nullopt;
+  if (origin->code == HVD_ERR_STATE) return ": " + name_of(origin->rank) + " was aborted";
+  return ": " + name_of(origin->rank) + " failed (" +
+         hvd_status_name(static_cast<hvd_status>(origin->code)) + ")";
+}
+
+std::optional<std::string> Endpoint::chain_from(int start, int waiting_for, const char* verdict,
+                                                bool final, std::string chain) const {
   std::vector<bool> seen(static_cast<size_t>(size_), false);
-  for (int at = peer; at >= 0 && at < size_ && !seen[static_cast<size_t>(at)];) {
+  seen[static_cast<size_t>(rank_)] = true;
+  for (int at = start; at >= 0 && at < size_;) {
+    if (seen[static_cast<size_t>(at)]) {
+      return chain +
+             ": the ranks wait for one another (they are in different calls, or disagree on "
+             "this one)";
+    }
     seen[static_cast<size_t>(at)] = true;
-    const int next = blames[static_cast<size_t>(at)];
-    if (next < 0 || next >= size_ || next == rank_ || next == at) break;
-    chain += "; " + name_of(at) + " blames " + name_of(next);
-    at = next;
-    suspect_ = next;
+    const Notice& notice = heard_[static_cast<size_t>(at)];
+    if (notice.rank < 0) {  // nothing heard from it
+      if (!final) return std::nullopt;
+      return chain + ": " + name_of(at) + " " +
+             (at == waiting_for ? verdict : "stopped, died, or is in another call");
+    }
+    chain += "; " + name_of(at) + " waits for " +
+             (notice.waits_for == rank_ ? std::string("this rank") : name_of(notice.waits_for));
+    at = notice.waits_for;
   }
-  return Status(code, what + chain + ": " + name_of(suspect_) + " " + verdict);
+  return chain;  // no rank to follow: the error says all there is
 }
 
 // After the spin: sleep on the completion queue's descriptor where it has one, a millisecond at

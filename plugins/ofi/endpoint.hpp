@@ -17,9 +17,15 @@
 // transfer touches the caller's buffers after the call returns. Over ofi_rxm, whose close can
 // crash once a connection failed, it cancels what it posted and never calls into the endpoint
 // again instead: data moves only when the caller progresses it (FI_PROGRESS_MANUAL, which that
-// choice requires), so nothing moves, and the endpoint is never freed. A
-// peer's notice fails that peer's call at once, naming this rank, instead of letting it wait out
-// its timeout.
+// choice requires), so nothing moves, and the endpoint is never freed.
+//
+// A notice says which rank the sender was waiting for when it gave up (none when it failed on
+// its own: aborted, a message of the wrong size). A peer's notice fails that peer's call at once
+// instead of letting it wait out its timeout. A rank that gives up waiting for a peer listens a
+// moment for the others' notices and follows who waits for whom from the rank it waited for: the
+// rank at the end of that chain, the one that sent no notice (it stopped or died), or the one
+// that failed on its own, is the rank its error names. An abort with no call in progress breaks
+// the endpoint at once, so that peers waiting for this rank learn of it from its notice.
 #ifndef HVD_OFI_ENDPOINT_HPP
 #define HVD_OFI_ENDPOINT_HPP
 
@@ -30,6 +36,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,9 +72,11 @@ class Endpoint {
   const std::string& description() const { return description_; }
 
   // Fails at once when the endpoint is broken or aborted; otherwise starts a call named `what`
-  // ("allreduce"), whose messages are told apart from every other call's.
+  // ("allreduce"), whose messages are told apart from every other call's. From begin() to end()
+  // the call owns the endpoint (abort() uses it only while no call does).
   Status begin(const char* what) {
-    if (aborted_.load(std::memory_order_relaxed) || broken_) return check_usable();
+    const uint32_t before = state_.fetch_or(kInCall, std::memory_order_acquire);
+    if (before != 0 || broken_ || notice_arrived_) return refuse(before, what);
     ++sequence_;
     call_ = what;
     // HVD_TIMEOUT bounds the call from its start, the failure's round of notices (blame)
@@ -106,8 +115,9 @@ class Endpoint {
   // Waits until none of this call's posts is in flight.
   Status wait_all();
 
-  // From any thread: make a call in progress fail soon, and every later call fail at once.
-  void abort() { aborted_.store(true); }
+  // From any thread: make a call in progress fail soon, and every later call fail at once; with
+  // none in progress, break the endpoint now (its notices tell the peers).
+  void abort();
 
   // What the ranks are called in messages: "rank 2" or, in a communicator that is not the
   // world, "rank 1 (job rank 3)".
@@ -119,8 +129,9 @@ class Endpoint {
                       size_t message_bytes);
   Status connect(const sdk::InitContext& ctx);
   Status post_notice_receive();
-  // Reads what completed, without waiting. True when anything did. A peer's notice is an error
-  // with notice_arrived_ set: wait_until makes it notice_failure(the rank it waits for).
+  // Reads what completed, without waiting. True when anything did. A peer's notice, after the
+  // rest of what completed, is an error with stopped_by_notice_ set: wait_until makes it
+  // notice_failure(the rank it waits for).
   Result<bool> progress();
   // Marks a posted Op done (once), counting it out of pending_.
   void complete(Op* op);
@@ -128,9 +139,32 @@ class Endpoint {
   void break_endpoint(hvd_status code);
   void send_notices(hvd_status code);
   Status check_usable() const;
+  bool aborted() const { return (state_.load(std::memory_order_relaxed) & kAborted) != 0; }
+  // begin() found the endpoint aborted, broken, owned by abort(), or told by a peer's notice that
+  // the peer gave up: the error, after telling the peers (of an abort, or that this rank gives
+  // up too), unless they were told already.
+  Status refuse(uint32_t before, const char* what);
+  // Gives the endpoint up after a call; tells the peers of an abort that came during it.
+  void release();
+  // Breaks an aborted endpoint that no call owns, telling the peers; a no-op otherwise.
+  void break_if_aborted_and_free();
+  // A peer's notice arrived (notice_): kept in heard_, and the receive posted again.
+  void take_notice();
+  // Posts again the notices that the provider had no room for (a peer not yet connected).
+  void resend_notices();
   Status notice_failure(int waiting_for);
   Status timeout_failure(int peer);
-  Status blame(hvd_status code, const std::string& what, int peer, const char* verdict);
+  // Tells the peers this rank gives up waiting for `waiting_for` (-1: none), listens for their
+  // notices, and returns `what` with the rank to blame. `by_notice`: a peer's notice ended the
+  // wait (`what` names that peer, not the rank waited for).
+  Status blame(hvd_status code, const std::string& what, int waiting_for, const char* verdict,
+               bool by_notice = false);
+  // ": rank N was aborted" (or failed on its own) where such a notice came; nullopt otherwise.
+  std::optional<std::string> origin_heard() const;
+  // Whom to blame, following who waits for whom from `start`, after `chain` (see the top of this
+  // file); nullopt while the chain ends at a rank not heard from yet, unless `final`.
+  std::optional<std::string> chain_from(int start, int waiting_for, const char* verdict, bool final,
+                                        std::string chain) const;
   static constexpr int kSpinPolls = 64;
   static std::chrono::steady_clock::time_point coarse_now();
   void nap(std::chrono::steady_clock::duration idle) const;
@@ -153,15 +187,19 @@ class Endpoint {
   uint32_t rxm_eager_limit_ = 0;      // what ofi_rxm works out for this endpoint (0: not ofi_rxm)
   std::vector<fi_addr_t> addresses_;  // by communicator rank
 
-  // A rank's notice that it gave up: who it is, its error, and the rank its error blames (the
-  // one it waited for, or -1), which the receivers' errors name in turn.
+  // A rank's notice that it gave up: who it is, its error, and the rank it was waiting for (-1:
+  // none, it failed on its own).
   struct Notice {
     int32_t rank = -1;
     int32_t code = 0;
-    int32_t suspect = -1;
+    int32_t waits_for = -1;
   };
   Op notice_op_;
-  Notice notice_{};
+  Notice notice_{};            // the posted receive's buffer
+  std::vector<Notice> heard_;  // by rank: its notice, rank -1 where none came
+  Notice first_heard_{};       // the first notice that came, which failed this rank's call
+  Notice sent_{};              // this rank's own notice, once it gave up
+  std::vector<bool> unsent_;   // by rank: this rank's notice, for which the provider had no room
 
   uint32_t sequence_ = 0;                                // calls begun, identical on every rank
   const char* call_ = "";                                // the call in progress
@@ -173,15 +211,18 @@ class Endpoint {
   }
   std::deque<Op> ops_;  // this call's, stable addresses
   size_t pending_ = 0;  // of them, posted and not yet done
-  int suspect_ = -1;    // the rank this endpoint's failure blames, if any
+  int waits_for_ = -1;  // the rank this endpoint waited for when it failed, if any
   bool notices_sent_ = false;
-  bool notice_arrived_ = false;
+  bool notice_arrived_ = false;     // a notice came (first_heard_)
+  bool stopped_by_notice_ = false;  // progress() ended a wait for it
   bool broken_ = false;
   // libfabric 1.17's ofi_rxm can crash in fi_close of an endpoint whose connections failed (2 of
   // 26 runs of a mismatch over tcp;ofi_rxm): such an endpoint is left open, broken.
   bool leave_open_when_broken_ = false;
   Status broken_status_;
-  std::atomic<bool> aborted_{false};
+  // kInCall: a call (or abort(), while no call does) owns the endpoint; kAborted: abort() came.
+  static constexpr uint32_t kInCall = 1, kAborted = 2;
+  std::atomic<uint32_t> state_{0};
 };
 
 // ---- template implementation -------------------------------------------------------------------
@@ -194,7 +235,11 @@ Status Endpoint::wait_until(Done&& done, WaitingFor&& waiting_for) {
   while (!done()) {
     Result<bool> moved = progress();
     if (!moved.ok()) {
-      return notice_arrived_ ? notice_failure(waiting_for()) : moved.status();
+      if (!stopped_by_notice_) return moved.status();
+      stopped_by_notice_ = false;
+      // A call whose data all came before the notice ends well; the next one fails on it.
+      if (done()) break;
+      return notice_failure(waiting_for());
     }
     if (*moved) {
       polls = 0;
@@ -203,7 +248,7 @@ Status Endpoint::wait_until(Done&& done, WaitingFor&& waiting_for) {
     if (++polls < kSpinPolls) continue;
     const Clock::time_point now = Clock::now();
     if (polls == kSpinPolls) idle_since = now;
-    if (aborted_.load(std::memory_order_relaxed)) {
+    if (aborted()) {
       return Status(HVD_ERR_STATE,
                     std::string("ofi ") + call_ + ": the communicator was aborted during the call");
     }

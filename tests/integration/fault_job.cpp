@@ -14,6 +14,10 @@
 //                            lost in the middle of the data, if the call lasts that long
 //   --die-rank R             rank R kills itself (SIGKILL) instead of calling: a peer certainly
 //                            lost while the others wait for it
+//   --abort-rank R           rank R aborts its communicator (hvd_comm_abort) 0.5 s after the
+//                            others began their call, instead of calling, then waits 3 s before
+//                            finalizing: its peers must learn of it from the backend, not from
+//                            its leaving
 //   --fused                  start the fusion scheduler first (one asynchronous allreduce): the
 //                            call then goes through it, negotiated
 //   --linger S               after reporting, wait S seconds before finalizing: a launcher that
@@ -46,6 +50,7 @@ struct Options {
   int kill_rank = -1;
   int kill_after_ms = 0;
   int die_rank = -1;
+  int abort_rank = -1;
   double linger = 0;
   bool fused = false;
 };
@@ -75,6 +80,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->kill_after_ms = std::atoi(ms.c_str());
     } else if (arg == "--die-rank" && has_value) {
       o->die_rank = std::atoi(argv[++i]);
+    } else if (arg == "--abort-rank" && has_value) {
+      o->abort_rank = std::atoi(argv[++i]);
     } else if (arg == "--fused") {
       o->fused = true;
     } else if (arg == "--linger" && has_value) {
@@ -149,6 +156,15 @@ int main(int argc, char** argv) {
   }
 
   if (rank == o.die_rank) ::raise(SIGKILL);
+  if (rank == o.abort_rank) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the others are in their call
+    const hvd_status s = hvd_comm_abort(comm);
+    std::printf("rank %d: aborted -> %s\n", rank, hvd_status_name(s));
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    hvd_finalize(comm);
+    return 0;
+  }
 
   const std::string call = o.call_for_rank.count(rank) ? o.call_for_rank[rank] : o.call;
   const uint64_t count = o.count_for_rank.count(rank) ? o.count_for_rank[rank] : o.count;

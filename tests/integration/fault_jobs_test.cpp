@@ -9,6 +9,7 @@
 #include <map>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "shell_job.hpp"
 
@@ -63,18 +64,22 @@ TEST(GlooFaultJob, CountsThatDifferAreAMismatchOnEveryRankNotACrash) {
   }
 }
 
-// Three ranks started by hand (without hvdrun, which would stop the survivors as soon as a
+// `size` ranks started by hand (without hvdrun, which would stop the survivors as soon as a
 // rank dies), each with `environment` and `options`; returns the job's output with "rank R exit S"
 // lines.
-Job job_of_three(const std::string& environment, const std::string& options) {
-  const std::string common =
-      environment + " HVD_SIZE=3 HVD_SECRET=s HVD_RENDEZVOUS_ADDR=127.0.0.1:" + free_port();
+Job job_of(int size, const std::string& environment, const std::string& options) {
+  const std::string common = environment + " HVD_SIZE=" + std::to_string(size) +
+                             " HVD_SECRET=s HVD_RENDEZVOUS_ADDR=127.0.0.1:" + free_port();
   std::string command = "(";
-  for (int rank = 0; rank < 3; ++rank) {
+  for (int rank = 0; rank < size; ++rank) {
     command += "(" + common + " HVD_RANK=" + std::to_string(rank) + " " + kFaultJob + " " +
                options + "; echo \"rank " + std::to_string(rank) + " exit $?\") & ";
   }
   return run(command + "wait)");
+}
+
+Job job_of_three(const std::string& environment, const std::string& options) {
+  return job_of(3, environment, options);
 }
 
 const std::string kGloo = "HVD_BACKEND=gloo HVD_TIMEOUT=10";
@@ -155,11 +160,12 @@ TEST(GlooFaultJob, AStoppedRankIsATimeoutBeforeALargeCallToo) {
 
 // ---- ofi ----------------------------------------------------------------------------------------
 
-// Every survivor's error names the rank that died, whichever rank it waited for itself: a rank
-// that times out tells the others whom it waited for (plugins/ofi/endpoint.hpp).
-void expect_survivors_name_rank_1(const Job& r, bool may_succeed) {
+// Every survivor's error names the rank that died (`naming` it), whichever rank it waited for
+// itself: a rank that gives up tells the others whom it waited for (plugins/ofi/endpoint.hpp).
+void expect_survivors_name(const Job& r, const std::vector<int>& survivors,
+                           const std::regex& naming, bool may_succeed) {
   const auto by_rank = reports(r.output);
-  for (int rank : {0, 2}) {
+  for (int rank : survivors) {
     EXPECT_NE(r.output.find("rank " + std::to_string(rank) + " exit 0"), std::string::npos)
         << r.output;
     ASSERT_EQ(by_rank.count(rank), 1u) << r.output;
@@ -167,11 +173,18 @@ void expect_survivors_name_rank_1(const Job& r, bool may_succeed) {
     EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
     if (may_succeed && report.status == "success") continue;
     EXPECT_NE(report.status, "success") << r.output;
-    const bool names_it = std::regex_search(
-        report.message,
-        std::regex("rank 1 (stopped, died|failed or is unreachable)|blam(es|ing) rank 1"));
-    EXPECT_TRUE(names_it) << "rank " << rank << ": " << report.message;
+    EXPECT_TRUE(std::regex_search(report.message, naming)) << "rank " << rank << ": " << r.output;
   }
+}
+
+// The error ends naming the dead rank: "...: rank 1 stopped, died, or is in another call".
+std::regex ends_naming(int dead) {
+  return std::regex(": rank " + std::to_string(dead) +
+                    " (stopped, died, or is in another call|failed or is unreachable)$");
+}
+
+void expect_survivors_name_rank_1(const Job& r, bool may_succeed) {
+  expect_survivors_name(r, {0, 2}, ends_naming(1), may_succeed);
 }
 
 class OfiFaultJob : public ::testing::TestWithParam<std::string> {
@@ -208,6 +221,28 @@ TEST_P(OfiFaultJob, APeerKilledInTheMiddleIsAnErrorNamingIt) {
     expect_survivors_name_rank_1(
         job_of_three(environment(), "--count 16777216 --kill-rank 1=" + std::to_string(kill_ms)),
         true);
+  }
+}
+
+// Rank 2 of 4 dies in the ring: rank 3 waits for it, rank 0 for rank 3, rank 1 for rank 0. Each
+// survivor follows the others' notices along that chain to rank 2.
+TEST_P(OfiFaultJob, ADeadPeerIsNamedAtTheEndOfAChainOfWaits) {
+  expect_survivors_name(job_of(4, environment(), "--count 16777216 --die-rank 2"), {0, 1, 3},
+                        ends_naming(2), false);
+}
+
+// Rank 1 aborts its communicator while the others wait for it in a call, with none of its own in
+// progress: they fail at once on its notice, naming it, long before the 10 s timeout.
+TEST_P(OfiFaultJob, AnAbortWithNoCallInProgressFailsThePeersAtOnce) {
+  for (const char* count : {"16777216", "2"}) {
+    SCOPED_TRACE(std::string("count ") + count);
+    Job r = job_of_three(environment() + " HVD_TIMEOUT=10",
+                         std::string("--count ") + count + " --abort-rank 1");
+    EXPECT_NE(r.output.find("rank 1: aborted -> success"), std::string::npos) << r.output;
+    expect_survivors_name(r, {0, 2}, std::regex(": rank 1 was aborted$"), false);
+    for (const auto& [rank, report] : reports(r.output)) {
+      EXPECT_LT(report.seconds, 3.0) << "rank " << rank << ": " << report.message;
+    }
   }
 }
 
