@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,8 +35,10 @@ constexpr uint64_t kSequenceMask = (uint64_t{1} << 24) - 1;
 constexpr size_t kNameBytes = 256;
 struct NameRecord {
   uint32_t length = 0;
-  char provider[56] = {};
+  char provider[44] = {};
   uint32_t rxm_eager_limit = 0;  // the eager limit this rank's ofi_rxm works out (0: not rxm)
+  int32_t pid = 0;
+  uint64_t pid_namespace = 0;  // the inode of /proc/self/ns/pid (0: unknown)
   unsigned char name[kNameBytes - 64] = {};
 };
 static_assert(sizeof(NameRecord) == kNameBytes);
@@ -52,6 +55,11 @@ uint32_t rxm_eager_limit(const fi_info& info) {
     eager = std::max(static_cast<size_t>(std::strtol(text, nullptr, 0)), buffer);
   }
   return static_cast<uint32_t>(eager);  // as rxm sends it
+}
+
+uint64_t pid_namespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
 Status fabric_error(const char* what, ssize_t code) {
@@ -259,6 +267,8 @@ Status Endpoint::connect(const sdk::InitContext& ctx) {
   mine.length = static_cast<uint32_t>(length);
   std::strncpy(mine.provider, info_->fabric_attr->prov_name, sizeof(mine.provider) - 1);
   mine.rxm_eager_limit = rxm_eager_limit_;
+  mine.pid = static_cast<int32_t>(::getpid());
+  mine.pid_namespace = pid_namespace();
   std::vector<NameRecord> all(static_cast<size_t>(size_));
   HVD_RETURN_IF_ERROR(ctx.host.oob_allgather(&mine, sizeof(mine), all.data(), ctx.timeout)
                           .with_context("ofi: exchanging endpoint names"));
@@ -292,6 +302,15 @@ Status Endpoint::connect(const sdk::InitContext& ctx) {
                         "FI_OFI_RXM_EAGER_LIMIT and FI_OFI_RXM_BUFFER_SIZE, and the same "
                         "HVD_OFI_SEGMENT_BYTES, on every rank");
     }
+  }
+  // On shm every rank is a process of this host: where all share this process's pid namespace,
+  // a peer's pid tells whether it still lives.
+  bool pids_mean_here = provider_ == "shm" && mine.pid_namespace != 0;
+  for (const NameRecord& theirs : all) {
+    pids_mean_here = pids_mean_here && theirs.pid_namespace == mine.pid_namespace;
+  }
+  if (pids_mean_here) {
+    for (const NameRecord& theirs : all) peer_pids_.push_back(static_cast<pid_t>(theirs.pid));
   }
   addresses_.assign(static_cast<size_t>(size_), FI_ADDR_UNSPEC);
   for (int r = 0; r < size_; ++r) {
@@ -416,26 +435,56 @@ void Endpoint::send_notices(hvd_status code) {
   // Best effort, to every peer: an inject needs no completion.
   sent_ = Notice{rank_, static_cast<int32_t>(code), waits_for_};
   if (info_->tx_attr->inject_size < sizeof(sent_)) return;
-  for (int r = 0; r < size_; ++r) unsent_[static_cast<size_t>(r)] = r != rank_;
-  for (int attempt = 0; attempt < 100; ++attempt) {
+  for (int r = 0; r < size_; ++r) unsent_[static_cast<size_t>(r)] = r != rank_ && r != unreachable_;
+  // A peer this rank never sent to takes a notice only once both have progressed their
+  // connection (shm, ofi_rxm): up to 100 ms for that. Over ofi_rxm the notices then leave as this
+  // thread progresses the endpoint, behind whatever the call had queued for the same peers (ring
+  // segments of a MiB): 10 ms of progress lets them go. shm delivers them as it takes them.
+  const auto start = std::chrono::steady_clock::now();
+  const auto flushed = start + std::chrono::milliseconds(rxm_eager_limit_ != 0 ? 10 : 0);
+  const auto given_up = start + std::chrono::milliseconds(100);
+  for (;;) {
     resend_notices();
-    if (std::find(unsent_.begin(), unsent_.end(), true) == unsent_.end()) break;
-    (void)fi_cq_read(cq_, nullptr, 0);
+    const auto now = std::chrono::steady_clock::now();
+    const bool all_taken = std::find(unsent_.begin(), unsent_.end(), true) == unsent_.end();
+    if ((all_taken && now >= flushed) || now >= given_up) return;
+    (void)drain();
   }
-  // Over ofi_rxm the notices leave when this thread progresses the endpoint, behind whatever the
-  // call had queued for the same peers (ring segments of a MiB): 10 ms of progress lets them go.
-  // shm delivered them as it took them.
-  if (rxm_eager_limit_ == 0) return;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(10);
-  while (std::chrono::steady_clock::now() < until) {
-    resend_notices();
-    (void)fi_cq_read(cq_, nullptr, 0);
+}
+
+bool Endpoint::gone(int peer) const {
+  if (peer < 0 || static_cast<size_t>(peer) >= peer_pids_.size() || peer == rank_) return false;
+  const pid_t pid = peer_pids_[static_cast<size_t>(peer)];
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  // Killed and not yet reaped by its parent: exiting (PF_EXITING in the flags), a zombie ('Z') or
+  // dead ('X') in /proc/PID/stat.
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  std::FILE* file = std::fopen(path, "r");
+  if (file == nullptr) return false;
+  char text[512] = {};
+  const size_t got = std::fread(text, 1, sizeof text - 1, file);
+  std::fclose(file);
+  const char* paren = std::strrchr(text, ')');  // the command name may hold spaces and parens
+  char state = 0;
+  unsigned flags = 0;
+  constexpr unsigned kExiting = 0x4;  // PF_EXITING, include/linux/sched.h
+  if (got == 0 || paren == nullptr ||
+      std::sscanf(paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2) {
+    return false;
   }
+  return state == 'Z' || state == 'X' || (flags & kExiting) != 0;
 }
 
 void Endpoint::resend_notices() {
   for (int r = 0; r < size_; ++r) {
     if (!unsent_[static_cast<size_t>(r)]) continue;
+    // A rank that died inside libfabric may hold its region's lock for good: sending to it would
+    // spin on that lock forever.
+    if (gone(r)) {
+      unsent_[static_cast<size_t>(r)] = false;
+      continue;
+    }
     // A peer not yet connected (over ofi_rxm, or shm's first message to it) takes EAGAIN until
     // both ends have progressed the connection.
     const ssize_t sent = fi_tinject(ep_, &sent_, sizeof(sent_), addresses_[static_cast<size_t>(r)],
@@ -578,9 +627,11 @@ Result<bool> Endpoint::progress() {
   if (read != 1) return fabric_error("fi_cq_readerr", read);
   const Op* op = static_cast<const Op*>(error.op_context);
   const int err = std::abs(error.err);  // shm reports its errors negated
-  const std::string detail = fi_strerror(err) + std::string(" (") +
-                             fi_cq_strerror(cq_, error.prov_errno, error.err_data, nullptr, 0) +
-                             ")";
+  // The provider's own words, where they add to the error's.
+  std::string detail = fi_strerror(err);
+  const std::string provider_says =
+      fi_cq_strerror(cq_, error.prov_errno, error.err_data, nullptr, 0);
+  if (provider_says != detail) detail += " (" + provider_says + ")";
   if (op == &notice_op_) {
     (void)post_notice_receive();
     return Status(HVD_ERR_REMOTE, std::string("ofi ") + call_ + ": a peer's notice: " + detail);
@@ -597,6 +648,7 @@ Result<bool> Endpoint::progress() {
                                         " bytes expected (the ranks disagree on the call, its "
                                         "count or dtype)");
   }
+  unreachable_ = op->peer;  // no notice to it: a dying shm peer may hold its region's lock
   return blame(HVD_ERR_REMOTE, what + " failed: " + detail, op->peer, "failed or is unreachable");
 }
 
@@ -628,6 +680,10 @@ Status Endpoint::notice_failure(int waiting_for) {
                            " gave up on the communicator (" +
                            hvd_status_name(static_cast<hvd_status>(notice.code)) + ")";
   return blame(HVD_ERR_REMOTE, what, waiting_for, "stopped, died, or is in another call", true);
+}
+
+Status Endpoint::peer_died(int peer) {
+  return blame(HVD_ERR_REMOTE, std::string("ofi ") + call_, peer, "died");  // chain_from says how
 }
 
 Status Endpoint::timeout_failure(int peer) {
@@ -662,9 +718,21 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int waiting_for
     return origin ? origin : chain_from(start, waiting_for, verdict, final, chain);
   };
   const auto until = std::chrono::steady_clock::now() + blame_grace();
+  // What has come already first: a rank that exited after giving up left its notice behind.
+  drain();
   std::optional<std::string> blamed = resolve(false);
   while (!blamed && std::chrono::steady_clock::now() < until) {
     resend_notices();
+    if (!drain()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    blamed = resolve(false);
+  }
+  if (!blamed) blamed = resolve(true);
+  return Status(code, what + *blamed);
+}
+
+bool Endpoint::drain() {
+  bool any = false;
+  for (int round = 0; round < 64; ++round) {  // bounded: peers may keep sending
     fi_cq_tagged_entry entries[16];
     const ssize_t n = fi_cq_read(cq_, entries, 16);
     if (n == -FI_EAVAIL) {
@@ -672,12 +740,11 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int waiting_for
       if (fi_cq_readerr(cq_, &error, 0) == 1 && error.op_context == &notice_op_) {
         (void)post_notice_receive();
       }
+      any = true;
       continue;
     }
-    if (n <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      continue;
-    }
+    if (n <= 0) break;
+    any = true;
     for (ssize_t i = 0; i < n; ++i) {
       Op* op = static_cast<Op*>(entries[i].op_context);
       if (op == &notice_op_) {
@@ -686,10 +753,8 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int waiting_for
         complete(op);
       }
     }
-    blamed = resolve(false);
   }
-  if (!blamed) blamed = resolve(true);
-  return Status(code, what + *blamed);
+  return any;
 }
 
 // A rank that failed on its own (aborted, a message of the wrong size) is where the failure
@@ -720,6 +785,10 @@ std::optional<std::string> Endpoint::chain_from(int start, int waiting_for, cons
     }
     seen[static_cast<size_t>(at)] = true;
     const Notice& notice = heard_[static_cast<size_t>(at)];
+    if (notice.rank < 0 && gone(at)) {
+      return chain + ": " + name_of(at) + " is gone (its process " +
+             std::to_string(peer_pids_[static_cast<size_t>(at)]) + " exited or was killed)";
+    }
     if (notice.rank < 0) {  // nothing heard from it
       if (!final) return std::nullopt;
       return chain + ": " + name_of(at) + " " +

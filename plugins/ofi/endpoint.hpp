@@ -30,6 +30,7 @@
 #define HVD_OFI_ENDPOINT_HPP
 
 #include <rdma/fabric.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -152,8 +153,13 @@ class Endpoint {
   void take_notice();
   // Posts again the notices that the provider had no room for (a peer not yet connected).
   void resend_notices();
+  // While failing: reads what completed, keeping notices (take_notice). True when anything did.
+  bool drain();
   Status notice_failure(int waiting_for);
   Status timeout_failure(int peer);
+  // On shm, where pids mean processes of this host (peer_pids_): the peer's process is gone.
+  bool gone(int peer) const;
+  Status peer_died(int peer);
   // Tells the peers this rank gives up waiting for `waiting_for` (-1: none), listens for their
   // notices, and returns `what` with the rank to blame. `by_notice`: a peer's notice ended the
   // wait (`what` names that peer, not the rank waited for).
@@ -186,6 +192,10 @@ class Endpoint {
   int wait_fd_ = -1;                  // the completion queue's: over ofi_rxm only
   uint32_t rxm_eager_limit_ = 0;      // what ofi_rxm works out for this endpoint (0: not ofi_rxm)
   std::vector<fi_addr_t> addresses_;  // by communicator rank
+  std::vector<pid_t> peer_pids_;      // by communicator rank; empty where pids say nothing here
+  // A wait checks that the rank it waits for lives, every kLivenessPeriod of waiting.
+  static constexpr std::chrono::milliseconds kLivenessPeriod{10};
+  std::chrono::steady_clock::time_point next_liveness_check_{};
 
   // A rank's notice that it gave up: who it is, its error, and the rank it was waiting for (-1:
   // none, it failed on its own).
@@ -209,9 +219,10 @@ class Endpoint {
   std::chrono::milliseconds blame_grace() const {
     return std::min<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(500));
   }
-  std::deque<Op> ops_;  // this call's, stable addresses
-  size_t pending_ = 0;  // of them, posted and not yet done
-  int waits_for_ = -1;  // the rank this endpoint waited for when it failed, if any
+  std::deque<Op> ops_;    // this call's, stable addresses
+  size_t pending_ = 0;    // of them, posted and not yet done
+  int waits_for_ = -1;    // the rank this endpoint waited for when it failed, if any
+  int unreachable_ = -1;  // the rank whose transfer failed, if one did: sent no notice
   bool notices_sent_ = false;
   bool notice_arrived_ = false;     // a notice came (first_heard_)
   bool stopped_by_notice_ = false;  // progress() ended a wait for it
@@ -253,6 +264,11 @@ Status Endpoint::wait_until(Done&& done, WaitingFor&& waiting_for) {
                     std::string("ofi ") + call_ + ": the communicator was aborted during the call");
     }
     if (now >= call_deadline_) return timeout_failure(waiting_for());
+    if (!peer_pids_.empty() && now >= next_liveness_check_) {
+      next_liveness_check_ = now + kLivenessPeriod;
+      const int peer = waiting_for();
+      if (gone(peer)) return peer_died(peer);
+    }
     nap(now - idle_since);
   }
   return Status::success();
