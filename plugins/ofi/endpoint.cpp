@@ -184,9 +184,12 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
   if (provider == "shm") remove_dead_shm_regions();
   // Across hosts, listen on the address the peers reach this host at; on one host shm needs none.
   const bool bind_address = provider != "shm" && !ctx.local_address.empty();
+  // libfabric's providers start here, libinfinipath's catching the process's signals again.
+  const sdk::SignalDispositions signals;
   const int found = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),
                                bind_address ? ctx.local_address.c_str() : nullptr, nullptr,
                                bind_address ? FI_SOURCE : 0, hints, &info_);
+  (void)signals.restore_changed();
   fi_freeinfo(hints);
   if (found != 0) {
     return Status(HVD_ERR_UNSUPPORTED,

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "hvd/sdk/backend.hpp"
+#include "hvd/sdk/signals.hpp"
 
 namespace hvd::ofi {
 

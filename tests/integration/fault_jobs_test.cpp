@@ -261,6 +261,27 @@ TEST_P(OfiFaultJob, AnAbortWithNoCallInProgressFailsThePeersAtOnce) {
   }
 }
 
+// libfabric 1.17 loads libinfinipath, which catches SIGTERM (and SIGINT, SIGSEGV, ...) and calls
+// exit() from its handler: the host and the plugin put the process's own handling back, so a rank
+// sent SIGTERM dies of it and its launcher says so (shm's own handler, which removes its shared
+// memory and re-raises the signal, stays).
+TEST(OfiSignals, ARankSentSigtermDiesOfIt) {
+#ifndef HVD_TEST_OFI
+  GTEST_SKIP() << "the ofi backend is not built";
+#endif
+  const std::string script =
+      "out=$(mktemp); " + kHvdrun + " -np 2 --backend ofi --timeout 30 " + kFaultJob +
+      " --count 2 --linger 20 > \"$out\" 2>&1 & launcher=$!; "
+      "for i in $(seq 100); do grep -q \"rank 1: allreduce\" \"$out\" && break; sleep 0.1; done; "
+      "for p in $(pgrep -x hvd_fault_job); do tr \"\\0\" \"\\n\" < /proc/$p/environ | "
+      "grep -qx HVD_RANK=1 && kill -TERM $p; done; wait $launcher; cat \"$out\"; rm -f \"$out\"";
+  Job r = run("bash -c '" + std::regex_replace(script, std::regex("'"), "'\\''") + "'");
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(hvdrun: rank 1 \(pid \d+\) was killed by signal 15)")))
+      << r.output;
+  EXPECT_LT(r.seconds, 15) << r.output;
+}
+
 // Through the scheduler: the negotiation fails the same way.
 TEST_P(OfiFaultJob, ADeadPeerInTheFusedPathIsAnErrorNamingIt) {
   expect_survivors_name_rank_1(job_of_three(environment(), "--fused --count 1048576 --die-rank 1"),

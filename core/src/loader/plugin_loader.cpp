@@ -16,6 +16,7 @@
 #include <set>
 
 #include "common/log.hpp"
+#include "hvd/sdk/signals.hpp"
 
 namespace hvd::core {
 namespace {
@@ -425,7 +426,14 @@ Result<Plugin> load_plugin(const fs::path& file) {
     }
     auto flags = boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local;
     if (mode.deep_bind()) flags = flags | boost::dll::load_mode::rtld_deepbind;
+    // A library the plugin loads may take the process's signals over (hvd/sdk/signals.hpp).
+    const sdk::SignalDispositions before;
     library.load(canonical, flags, load_error);
+    const std::string taken = before.restore_changed();
+    if (!taken.empty()) {
+      log(HVD_LOG_DEBUG, canonical.filename().string() + ": a library it loads caught " + taken +
+                             "; hvd put the process's own handling back");
+    }
     if (load_error) {
       const char* why = ::dlerror();
       return plugin_error(file, std::string("cannot be loaded as a shared library: ") +
