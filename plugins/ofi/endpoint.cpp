@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -314,6 +315,10 @@ Status Endpoint::connect(const sdk::InitContext& ctx) {
   }
   if (pids_mean_here) {
     for (const NameRecord& theirs : all) peer_pids_.push_back(static_cast<pid_t>(theirs.pid));
+    // /proc may be another pid namespace's (a new namespace without its own /proc mounted).
+    char self[32] = {};
+    const ssize_t got = ::readlink("/proc/self", self, sizeof self - 1);
+    proc_is_ours_ = got > 0 && std::atol(self) == static_cast<long>(::getpid());
   }
   addresses_.assign(static_cast<size_t>(size_), FI_ADDR_UNSPEC);
   for (int r = 0; r < size_; ++r) {
@@ -395,16 +400,20 @@ Status Endpoint::refuse(uint32_t before, const char* what) {
     return Status(HVD_ERR_STATE, "ofi: the communicator was aborted; it takes no more calls");
   }
   Status refused;
-  if (aborted() && !broken_) {
-    broken_status_ = Status(HVD_ERR_STATE, "the communicator was aborted");
-    break_endpoint(HVD_ERR_STATE);
-  } else if (notice_arrived_ && !broken_) {  // the last call's data came before a peer's notice
-    call_ = what;
-    refused = notice_failure(first_heard_.rank);
-    broken_status_ = refused;
-    break_endpoint(refused.code());
+  try {
+    if (aborted() && !broken_) {
+      broken_status_ = Status(HVD_ERR_STATE, "the communicator was aborted");
+      break_endpoint(HVD_ERR_STATE);
+    } else if (notice_arrived_ && !broken_) {  // the last call's data came before a notice
+      call_ = what;
+      refused = notice_failure(first_heard_.rank);
+      broken_status_ = refused;
+      break_endpoint(refused.code());
+    }
+    if (refused.ok()) refused = check_usable();
+  } catch (const std::exception& e) {  // no memory for a message: the endpoint is released still
+    refused = Status(HVD_ERR_SYSTEM, std::string("ofi ") + what + ": " + e.what());
   }
-  if (refused.ok()) refused = check_usable();
   release();
   return refused;
 }
@@ -422,6 +431,7 @@ void Endpoint::break_if_aborted_and_free() {
   }
   if (!broken_) {
     broken_status_ = Status(HVD_ERR_STATE, "the communicator was aborted");
+    quick_notices_ = true;  // abort() waits on no peer: what cannot go at once does not go
     break_endpoint(HVD_ERR_STATE);
   }
   state_.fetch_and(~kInCall, std::memory_order_release);
@@ -445,7 +455,7 @@ void Endpoint::send_notices(hvd_status code) {
   // segments of a MiB): 10 ms of progress lets them go. shm delivers them as it takes them.
   const auto start = std::chrono::steady_clock::now();
   const auto flushed = start + std::chrono::milliseconds(rxm_eager_limit_ != 0 ? 10 : 0);
-  const auto given_up = start + std::chrono::milliseconds(100);
+  const auto given_up = quick_notices_ ? flushed : start + std::chrono::milliseconds(100);
   for (;;) {
     resend_notices();
     const auto now = std::chrono::steady_clock::now();
@@ -459,6 +469,7 @@ bool Endpoint::gone(int peer) const {
   if (peer < 0 || static_cast<size_t>(peer) >= peer_pids_.size() || peer == rank_) return false;
   const pid_t pid = peer_pids_[static_cast<size_t>(peer)];
   if (::kill(pid, 0) != 0) return errno == ESRCH;
+  if (!proc_is_ours_) return false;
   // Killed and not yet reaped by its parent: exiting (PF_EXITING in the flags), a zombie ('Z') or
   // dead ('X') in /proc/PID/stat.
   char path[32];
@@ -476,7 +487,15 @@ bool Endpoint::gone(int peer) const {
       std::sscanf(paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2) {
     return false;
   }
-  return state == 'Z' || state == 'X' || (flags & kExiting) != 0;
+  if (state != 'Z' && state != 'X' && (flags & kExiting) == 0) return false;
+  // A main thread that ended alone (pthread_exit) looks the same: its process lives on while it
+  // has other threads.
+  std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(pid));
+  std::ifstream status(path);
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8) <= 1;
+  }
+  return true;
 }
 
 void Endpoint::resend_notices() {
@@ -724,7 +743,7 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int waiting_for
   // What has come already first: a rank that exited after giving up left its notice behind.
   drain();
   std::optional<std::string> blamed = resolve(false);
-  while (!blamed && std::chrono::steady_clock::now() < until) {
+  while (!blamed && std::chrono::steady_clock::now() < until && !aborted()) {
     resend_notices();
     if (!drain()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     blamed = resolve(false);
@@ -764,7 +783,8 @@ bool Endpoint::drain() {
 // began, whoever waits for whom: the first such notice heard names it.
 std::optional<std::string> Endpoint::origin_heard() const {
   auto on_its_own = [this](const Notice& notice) {
-    return notice.rank >= 0 && (notice.waits_for < 0 || notice.waits_for >= size_);
+    return notice.rank >= 0 && (notice.waits_for < 0 || notice.waits_for >= size_) &&
+           (notice.code == HVD_ERR_STATE || notice.code == HVD_ERR_MISMATCH);
   };
   const Notice* origin = notice_arrived_ && on_its_own(first_heard_) ? &first_heard_ : nullptr;
   for (const Notice& notice : heard_) {
@@ -796,6 +816,10 @@ std::optional<std::string> Endpoint::chain_from(int start, int waiting_for, cons
       if (!final) return std::nullopt;
       return chain + ": " + name_of(at) + " " +
              (at == waiting_for ? verdict : "stopped, died, or is in another call");
+    }
+    if (notice.waits_for < 0 || notice.waits_for >= size_) {  // it failed, waiting for no one
+      return chain + ": " + name_of(at) + " failed (" +
+             hvd_status_name(static_cast<hvd_status>(notice.code)) + ")";
     }
     chain += "; " + name_of(at) + " waits for " +
              (notice.waits_for == rank_ ? std::string("this rank") : name_of(notice.waits_for));

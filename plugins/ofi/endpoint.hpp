@@ -194,6 +194,7 @@ class Endpoint {
   uint32_t rxm_eager_limit_ = 0;      // what ofi_rxm works out for this endpoint (0: not ofi_rxm)
   std::vector<fi_addr_t> addresses_;  // by communicator rank
   std::vector<pid_t> peer_pids_;      // by communicator rank; empty where pids say nothing here
+  bool proc_is_ours_ = false;         // /proc shows this pid namespace (gone() may read it)
   // A wait checks that the rank it waits for lives, every kLivenessPeriod of waiting.
   static constexpr std::chrono::milliseconds kLivenessPeriod{10};
   std::chrono::steady_clock::time_point next_liveness_check_{};
@@ -225,6 +226,7 @@ class Endpoint {
   int waits_for_ = -1;    // the rank this endpoint waited for when it failed, if any
   int unreachable_ = -1;  // the rank whose transfer failed, if one did: sent no notice
   bool notices_sent_ = false;
+  bool quick_notices_ = false;      // abort(): the notices wait for no peer's connection
   bool notice_arrived_ = false;     // a notice came (first_heard_)
   bool stopped_by_notice_ = false;  // progress() ended a wait for it
   bool broken_ = false;
@@ -244,6 +246,12 @@ Status Endpoint::wait_until(Done&& done, WaitingFor&& waiting_for) {
   using Clock = std::chrono::steady_clock;
   Clock::time_point idle_since;
   int polls = 0;  // since the last completion; the clock is read only after a spin of them
+  // A notice that came with the data an earlier wait of this call needed fails this one, unless
+  // it is done already (done() may post: it is called once per answer).
+  if (notice_arrived_) {
+    if (done()) return Status::success();
+    return notice_failure(waiting_for());
+  }
   while (!done()) {
     Result<bool> moved = progress();
     if (!moved.ok()) {
