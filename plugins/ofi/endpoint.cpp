@@ -32,17 +32,22 @@ namespace {
 constexpr uint64_t kNoticeBit = uint64_t{1} << 63;
 constexpr uint64_t kSequenceMask = (uint64_t{1} << 24) - 1;
 
-// An endpoint name as the out-of-band allgather carries it: the same size on every rank.
-constexpr size_t kNameBytes = 256;
+// An endpoint name as the out-of-band allgather carries it, with what the ranks must agree on:
+// the same size on every rank. A rank that could not open its endpoint sends its error instead
+// (`failure`, its text in `name`), so that the others fail at once naming it.
+constexpr size_t kNameBytes = 192;
 struct NameRecord {
   uint32_t length = 0;
   char provider[44] = {};
   uint32_t rxm_eager_limit = 0;  // the eager limit this rank's ofi_rxm works out (0: not rxm)
   int32_t pid = 0;
   uint64_t pid_namespace = 0;  // the inode of /proc/self/ns/pid (0: unknown)
-  unsigned char name[kNameBytes - 64] = {};
+  int32_t failure = 0;         // an hvd_status: this rank's endpoint did not open
+  uint32_t reserved = 0;
+  uint64_t shared[Endpoint::kMaxShared] = {};  // the values of the settings every rank shares
+  unsigned char name[kNameBytes] = {};
 };
-static_assert(sizeof(NameRecord) == kNameBytes);
+static_assert(sizeof(NameRecord) == 72 + 8 * Endpoint::kMaxShared + kNameBytes);
 
 // The eager limit ofi_rxm (libfabric 1.17) works out for an endpoint, which it requires to be the
 // same at both ends of a connection (rxm_ep_init_proto, rxm_verify_connreq): over tcp,
@@ -133,8 +138,9 @@ std::chrono::steady_clock::time_point Endpoint::coarse_now() {
 }
 
 Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
-                                                 const std::string& provider,
-                                                 size_t message_bytes) {
+                                                 const std::string& provider, size_t message_bytes,
+                                                 const std::vector<Shared>& shared,
+                                                 const Status& failed_before) {
   std::unique_ptr<Endpoint> ep(new Endpoint());
   ep->rank_ = ctx.rank;
   ep->size_ = ctx.size;
@@ -144,8 +150,9 @@ Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
   ep->provider_ = provider;
   ep->heard_.assign(static_cast<size_t>(ctx.size), Notice{});
   ep->unsent_.assign(static_cast<size_t>(ctx.size), false);
-  HVD_RETURN_IF_ERROR(ep->open_objects(ctx, provider, message_bytes));
-  HVD_RETURN_IF_ERROR(ep->connect(ctx));
+  Status opened = failed_before;
+  if (opened.ok()) opened = ep->open_objects(ctx, provider, message_bytes);
+  HVD_RETURN_IF_ERROR(ep->connect(ctx, shared, opened));
   HVD_RETURN_IF_ERROR(ep->post_notice_receive());
   return ep;
 }
@@ -263,49 +270,82 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
   return Status::success();
 }
 
-Status Endpoint::connect(const sdk::InitContext& ctx) {
+Status Endpoint::connect(const sdk::InitContext& ctx, const std::vector<Shared>& shared,
+                         const Status& opened) {
   NameRecord mine;
-  size_t length = sizeof(mine.name);
-  const int code = fi_getname(&ep_->fid, mine.name, &length);
-  if (code != 0) return fabric_error("fi_getname", code);
-  mine.length = static_cast<uint32_t>(length);
-  std::strncpy(mine.provider, info_->fabric_attr->prov_name, sizeof(mine.provider) - 1);
+  if (opened.ok()) {
+    size_t length = sizeof(mine.name);
+    const int code = fi_getname(&ep_->fid, mine.name, &length);
+    if (code != 0) return fabric_error("fi_getname", code);
+    mine.length = static_cast<uint32_t>(length);
+    std::strncpy(mine.provider, info_->fabric_attr->prov_name, sizeof(mine.provider) - 1);
+  } else {
+    mine.failure = opened.code();
+    std::strncpy(reinterpret_cast<char*>(mine.name), opened.message().c_str(),
+                 sizeof(mine.name) - 1);
+  }
   mine.rxm_eager_limit = rxm_eager_limit_;
   mine.pid = static_cast<int32_t>(::getpid());
   mine.pid_namespace = pid_namespace();
+  for (size_t i = 0; i < shared.size() && i < kMaxShared; ++i) mine.shared[i] = shared[i].value;
   std::vector<NameRecord> all(static_cast<size_t>(size_));
   HVD_RETURN_IF_ERROR(ctx.host.oob_allgather(&mine, sizeof(mine), all.data(), ctx.timeout)
                           .with_context("ofi: exchanging endpoint names"));
-  // Every rank must speak the same provider: say which rank uses which, the same on every rank.
+  if (!opened.ok()) return opened;
+  // "rank 0 shm, rank 1 tcp;ofi_rxm": what each rank says, for an error the same on every rank.
+  auto each_rank = [&](auto&& says) {
+    std::string list;
+    for (int r = 0; r < size_; ++r) {
+      list += (r > 0 ? ", " : "") + name_of(r) + " " + says(all[static_cast<size_t>(r)]);
+    }
+    return list;
+  };
   for (int r = 0; r < size_; ++r) {
     const NameRecord& theirs = all[static_cast<size_t>(r)];
+    if (theirs.failure == 0) continue;
+    return Status(
+        static_cast<hvd_status>(theirs.failure),
+        "ofi: " + name_of(r) + " could not open its endpoint: " +
+            std::string(reinterpret_cast<const char*>(theirs.name),
+                        strnlen(reinterpret_cast<const char*>(theirs.name), sizeof(theirs.name))));
+  }
+  // Every rank must speak the same provider: say which rank uses which, the same on every rank.
+  for (const NameRecord& theirs : all) {
     if (std::strncmp(theirs.provider, mine.provider, sizeof(mine.provider)) != 0 ||
         theirs.length > sizeof(theirs.name)) {
-      std::string list;
-      for (int q = 0; q < size_; ++q) {
-        const NameRecord& record = all[static_cast<size_t>(q)];
-        list += (q > 0 ? ", " : "") + name_of(q) + " " +
-                std::string(record.provider, strnlen(record.provider, sizeof(record.provider)));
-      }
-      return Status(HVD_ERR_MISMATCH, "ofi: the ranks use different libfabric providers (" + list +
+      return Status(HVD_ERR_MISMATCH, "ofi: the ranks use different libfabric providers (" +
+                                          each_rank([](const NameRecord& record) {
+                                            return std::string(
+                                                record.provider,
+                                                strnlen(record.provider, sizeof(record.provider)));
+                                          }) +
                                           "); set the same HVD_OFI_PROVIDER on every rank");
+    }
+  }
+  // The algorithms' crossovers and segments must be the same on every rank: ranks that chose
+  // different algorithms, or cut their messages otherwise, would meet messages they do not expect.
+  for (size_t i = 0; i < shared.size() && i < kMaxShared; ++i) {
+    for (const NameRecord& theirs : all) {
+      if (theirs.shared[i] == mine.shared[i]) continue;
+      return Status(HVD_ERR_MISMATCH, std::string("ofi: the ranks' ") + shared[i].name +
+                                          " differ (" + each_rank([i](const NameRecord& record) {
+                                            return std::to_string(record.shared[i]);
+                                          }) +
+                                          "); set the same on every rank, or leave it unset");
     }
   }
   // ofi_rxm refuses a connection between endpoints whose eager limits differ, and the sends
   // would wait for it until the timeout: say so now, the same on every rank.
-  for (int r = 0; r < size_; ++r) {
-    if (all[static_cast<size_t>(r)].rxm_eager_limit != mine.rxm_eager_limit) {
-      std::string list;
-      for (int q = 0; q < size_; ++q) {
-        list += (q > 0 ? ", " : "") + name_of(q) + " " +
-                std::to_string(all[static_cast<size_t>(q)].rxm_eager_limit) + " B";
-      }
-      return Status(HVD_ERR_MISMATCH,
-                    "ofi: the ranks' ofi_rxm eager limits differ (" + list +
-                        "), and rxm connects only endpoints whose limits agree; set the same "
-                        "FI_OFI_RXM_EAGER_LIMIT and FI_OFI_RXM_BUFFER_SIZE, and the same "
-                        "HVD_OFI_SEGMENT_BYTES, on every rank");
-    }
+  for (const NameRecord& theirs : all) {
+    if (theirs.rxm_eager_limit == mine.rxm_eager_limit) continue;
+    return Status(HVD_ERR_MISMATCH,
+                  "ofi: the ranks' ofi_rxm eager limits differ (" +
+                      each_rank([](const NameRecord& record) {
+                        return std::to_string(record.rxm_eager_limit) + " B";
+                      }) +
+                      "), and rxm connects only endpoints whose limits agree; set the same "
+                      "FI_OFI_RXM_EAGER_LIMIT and FI_OFI_RXM_BUFFER_SIZE, and the same "
+                      "HVD_OFI_SEGMENT_BYTES, on every rank");
   }
   // On shm every rank is a process of this host: where all share this process's pid namespace,
   // a peer's pid tells whether it still lives.

@@ -61,8 +61,19 @@ class Endpoint {
   // the communicator's ranks. Collective over them.
   // `message_bytes`: the largest message the collectives send as one (a ring segment); over
   // ofi_rxm, the eager limit.
+  // A setting every rank must share ("HVD_OFI_SEGMENT_BYTES" and its value): open() fails on
+  // every rank, naming it, when the ranks' values differ.
+  struct Shared {
+    const char* name;
+    uint64_t value;
+  };
+  static constexpr size_t kMaxShared = 3;
+  // `failed_before`: this rank's set-up failed already; it still meets the others, so that they
+  // fail at once, naming it, rather than wait for it.
   static Result<std::unique_ptr<Endpoint>> open(const sdk::InitContext& ctx,
-                                                const std::string& provider, size_t message_bytes);
+                                                const std::string& provider, size_t message_bytes,
+                                                const std::vector<Shared>& shared,
+                                                const Status& failed_before);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -129,7 +140,8 @@ class Endpoint {
   Endpoint() = default;
   Status open_objects(const sdk::InitContext& ctx, const std::string& provider,
                       size_t message_bytes);
-  Status connect(const sdk::InitContext& ctx);
+  Status connect(const sdk::InitContext& ctx, const std::vector<Shared>& shared,
+                 const Status& opened);
   Status post_notice_receive();
   // Reads what completed, without waiting. True when anything did. A peer's notice, after the
   // rest of what completed, is an error with stopped_by_notice_ set: wait_until makes it

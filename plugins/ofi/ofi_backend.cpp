@@ -33,9 +33,16 @@ class OfiBackend {
  public:
   static Result<std::unique_ptr<OfiBackend>> create(const hvd::sdk::InitContext& ctx) {
     const std::string provider = provider_for(ctx);
-    HVD_ASSIGN_OR_RETURN(const Tuning tuning, Tuning::from_environment(provider));
-    HVD_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep,
-                         Endpoint::open(ctx, provider, tuning.segment_bytes));
+    // A knob this rank cannot take still lets the endpoint meet the others (Endpoint::open).
+    const Result<Tuning> tuned = Tuning::from_environment(provider);
+    const Tuning tuning = tuned.ok() ? *tuned : Tuning{};
+    HVD_ASSIGN_OR_RETURN(
+        std::unique_ptr<Endpoint> ep,
+        Endpoint::open(ctx, provider, tuning.segment_bytes,
+                       {{"HVD_OFI_RING_ALLREDUCE_BYTES", tuning.ring_allreduce_bytes},
+                        {"HVD_OFI_SCATTER_BROADCAST_BYTES", tuning.scatter_broadcast_bytes},
+                        {"HVD_OFI_SEGMENT_BYTES", tuning.segment_bytes}},
+                       tuned.status()));
     if (ctx.rank == 0) {
       ctx.host.log(HVD_LOG_INFO, "ofi: provider " + ep->description() + ", " +
                                      std::to_string(ctx.size) + " ranks, ring segments of " +

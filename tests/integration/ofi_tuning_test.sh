@@ -66,4 +66,34 @@ for bad in HVD_OFI_SEGMENTS_IN_FLIGHT=-1 HVD_OFI_SEGMENTS_IN_FLIGHT=1025 HVD_OFI
       { echo "$log" >&2; fail "rank $rank did not refuse $bad"; }
   done
 done
-echo "PASS: bad knob values refused on every rank; shm 256 KiB; tcp;ofi_rxm 1 MiB with rxm's eager limit the same; HVD_OFI_SEGMENT_BYTES over both; the user's FI_OFI_RXM_EAGER_LIMIT kept; differing limits refused on every rank, equal ones in another base taken"
+# Ranks that differ where they must agree, or one rank that cannot open its endpoint: init fails
+# on every rank at once, naming the setting and each rank's value, or the rank and its reason
+# (the others would otherwise wait out the timeout for it, or meet messages they do not expect).
+per_rank() {  # per_rank VAR VALUE_FOR_RANK_0 VALUE_FOR_RANK_1: the job's output
+  env -u HVD_OFI_SEGMENT_BYTES -u HVD_OFI_PROVIDER "$hvdrun" -np 2 --backend ofi --timeout 20 -- \
+    sh -c 'if [ "$HVD_RANK" = 0 ]; then export "$1=$2"; else export "$1=$3"; fi; shift 3
+           "$0"; s=$?; sleep 1; exit $s' "$hello" "$@" 2>&1
+}
+check_both() {  # check_both LOG PATTERN WHAT
+  for rank in 0 1; do
+    echo "$1" | grep -q "^\[$rank\]<stderr>:hvd init failed: .*$2" ||
+      { echo "$1" >&2; fail "rank $rank: $3"; }
+  done
+}
+start=$SECONDS
+log=$(per_rank HVD_OFI_SEGMENT_BYTES 1048576 65536) && { echo "$log" >&2; fail "differing segments ran"; }
+check_both "$log" "ofi: the ranks' HVD_OFI_SEGMENT_BYTES differ (rank 0 1048576, rank 1 65536)" \
+  "differing HVD_OFI_SEGMENT_BYTES not named"
+log=$(per_rank HVD_OFI_RING_ALLREDUCE_BYTES 0 100000) && { echo "$log" >&2; fail "differing crossovers ran"; }
+check_both "$log" "HVD_OFI_RING_ALLREDUCE_BYTES differ (rank 0 0, rank 1 100000)" \
+  "differing HVD_OFI_RING_ALLREDUCE_BYTES not named"
+log=$(per_rank HVD_OFI_PROVIDER shm bogus) && { echo "$log" >&2; fail "a bogus provider ran"; }
+echo "$log" | grep -q "^\[0\]<stderr>:hvd init failed: .*ofi: rank 1 could not open its endpoint: ofi: libfabric has no provider 'bogus'" ||
+  { echo "$log" >&2; fail "rank 0 did not name rank 1's bogus provider"; }
+echo "$log" | grep -q "^\[1\]<stderr>:hvd init failed: .*ofi: libfabric has no provider 'bogus'" ||
+  { echo "$log" >&2; fail "rank 1 did not say its provider is bogus"; }
+log=$(per_rank HVD_OFI_SEGMENTS_IN_FLIGHT 4 0) && { echo "$log" >&2; fail "a bad knob on one rank ran"; }
+echo "$log" | grep -q "^\[0\]<stderr>:hvd init failed: .*ofi: rank 1 could not open its endpoint: ofi: HVD_OFI_SEGMENTS_IN_FLIGHT='0'" ||
+  { echo "$log" >&2; fail "rank 0 did not name rank 1's bad knob"; }
+[ $((SECONDS - start)) -lt 30 ] || fail "the four jobs took $((SECONDS - start)) s: a rank waited out its timeout"
+echo "PASS: differing settings and one rank's failed endpoint named on every rank; bad knob values refused on every rank; shm 256 KiB; tcp;ofi_rxm 1 MiB with rxm's eager limit the same; HVD_OFI_SEGMENT_BYTES over both; the user's FI_OFI_RXM_EAGER_LIMIT kept; differing limits refused on every rank, equal ones in another base taken"

@@ -95,8 +95,12 @@ TEST(Timeout, ParsesSecondsAndRejectsNonsense) {
   EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "2.5"}}))->count(), 2500);
   EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "0"}})).status().code(),
             HVD_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "soon"}})).status().message(),
-            "HVD_TIMEOUT='soon' is not a positive number of seconds");
+  EXPECT_EQ(
+      timeout_from_env(fake_env({{"HVD_TIMEOUT", "soon"}})).status().message(),
+      "HVD_TIMEOUT='soon' is not a number of seconds above 0 and at most 10000000 (115 days)");
+  EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "1e7"}}))->count(), 10000000000);
+  EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "1e9"}})).status().message(),
+            "HVD_TIMEOUT='1e9' is not a number of seconds above 0 and at most 10000000 (115 days)");
 }
 
 }  // namespace

@@ -136,7 +136,8 @@ Result<std::chrono::milliseconds> timeout_from_env(const EnvLookup& env) {
   const double seconds = std::strtod(text->c_str(), &end);
   if (*end != '\0' || !(seconds > 0) || !std::isfinite(seconds) || seconds > 1e7) {
     return error(HVD_ERR_INVALID_ARGUMENT,
-                 "HVD_TIMEOUT='" + *text + "' is not a positive number of seconds");
+                 "HVD_TIMEOUT='" + *text +
+                     "' is not a number of seconds above 0 and at most 10000000 (115 days)");
   }
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
 }
