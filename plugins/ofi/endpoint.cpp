@@ -385,14 +385,22 @@ Status Endpoint::post_notice_receive() {
   return posted == 0 ? Status::success() : fabric_error("posting the notice receive", posted);
 }
 
-void Endpoint::take_notice() {
-  const Notice notice = notice_;
-  if (notice.rank >= 0 && notice.rank < size_ && notice.rank != rank_) {
-    heard_[static_cast<size_t>(notice.rank)] = notice;
-    if (!notice_arrived_) first_heard_ = notice;
-    notice_arrived_ = true;
-  }
+bool Endpoint::take_notice(size_t bytes) {
+  const NoticeMessage message = notice_;
   (void)post_notice_receive();  // best effort: the endpoint is failing
+  auto is_peer = [this](int rank) { return rank >= 0 && rank < size_ && rank != rank_; };
+  const Notice& sender = message.sender;
+  if (bytes != sizeof(message) || !is_peer(sender.rank)) return false;
+  heard_[static_cast<size_t>(sender.rank)] = sender;
+  if (!notice_arrived_) first_heard_ = sender;
+  notice_arrived_ = true;
+  // Every rank sends one notice: a relayed one is the same as the rank's own, heard or not yet.
+  const Notice& relayed = message.relayed;
+  if (is_peer(relayed.rank) && relayed.rank != sender.rank &&
+      heard_[static_cast<size_t>(relayed.rank)].rank < 0) {
+    heard_[static_cast<size_t>(relayed.rank)] = relayed;
+  }
+  return true;
 }
 
 std::string Endpoint::name_of(int peer) const {
@@ -486,7 +494,9 @@ void Endpoint::send_notices(hvd_status code) {
   if (notices_sent_ || ep_ == nullptr) return;
   notices_sent_ = true;
   // Best effort, to every peer: an inject needs no completion.
-  sent_ = Notice{rank_, static_cast<int32_t>(code), waits_for_};
+  sent_.sender = Notice{rank_, static_cast<int32_t>(code), waits_for_};
+  if (waits_for_ >= 0 && waits_for_ < size_)
+    sent_.relayed = heard_[static_cast<size_t>(waits_for_)];
   if (info_->tx_attr->inject_size < sizeof(sent_)) return;
   for (int r = 0; r < size_; ++r) unsent_[static_cast<size_t>(r)] = r != rank_ && r != unreachable_;
   // A peer this rank never sent to takes a notice only once both have progressed their
@@ -665,8 +675,7 @@ Result<bool> Endpoint::progress() {
       Op* op = static_cast<Op*>(entries[i].op_context);
       if (op == nullptr) continue;  // not one of this endpoint's posts (fi_tinject asks for none)
       if (op == &notice_op_) {      // after the rest: the data that came before it may end the call
-        take_notice();
-        notice = true;
+        notice = take_notice(entries[i].len) || notice;
         continue;
       }
       if (!op->is_send && entries[i].len != op->bytes) {
@@ -765,6 +774,9 @@ Status Endpoint::timeout_failure(int peer) {
 Status Endpoint::blame(hvd_status code, const std::string& what, int waiting_for,
                        const char* verdict, bool by_notice) {
   waits_for_ = waiting_for;
+  // What has come already first: a rank that exited after giving up left its notice behind, and
+  // this rank's notice relays the one of the rank it waits for.
+  drain();
   send_notices(code);
   // The chain starts at the rank this one waits for; a notice's error has not named it yet.
   int start = notice_arrived_ ? first_heard_.rank : -1;
@@ -780,8 +792,6 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int waiting_for
     return origin ? origin : chain_from(start, waiting_for, verdict, final, chain);
   };
   const auto until = std::chrono::steady_clock::now() + blame_grace();
-  // What has come already first: a rank that exited after giving up left its notice behind.
-  drain();
   std::optional<std::string> blamed = resolve(false);
   while (!blamed && std::chrono::steady_clock::now() < until && !aborted()) {
     resend_notices();
@@ -810,7 +820,7 @@ bool Endpoint::drain() {
     for (ssize_t i = 0; i < n; ++i) {
       Op* op = static_cast<Op*>(entries[i].op_context);
       if (op == &notice_op_) {
-        take_notice();
+        (void)take_notice(entries[i].len);
       } else {
         complete(op);
       }

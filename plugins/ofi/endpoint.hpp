@@ -21,7 +21,8 @@
 //
 // A notice says which rank the sender was waiting for when it gave up (none when it failed on
 // its own: aborted, a message of the wrong size). A peer's notice fails that peer's call at once
-// instead of letting it wait out its timeout. A rank that gives up waiting for a peer listens a
+// instead of letting it wait out its timeout, and relays the notice of the rank its sender waited
+// for, where that came first. A rank that gives up waiting for a peer listens a
 // moment for the others' notices and follows who waits for whom from the rank it waited for: the
 // rank at the end of that chain, the one that sent no notice (it stopped or died), or the one
 // that failed on its own, is the rank its error names. An abort with no call in progress breaks
@@ -162,8 +163,9 @@ class Endpoint {
   void release();
   // Breaks an aborted endpoint that no call owns, telling the peers; a no-op otherwise.
   void break_if_aborted_and_free();
-  // A peer's notice arrived (notice_): kept in heard_, and the receive posted again.
-  void take_notice();
+  // A peer's notice arrived (notice_, `bytes` long): kept in heard_, and the receive posted
+  // again. False when it was malformed (and ignored).
+  bool take_notice(size_t bytes);
   // Posts again the notices that the provider had no room for (a peer not yet connected).
   void resend_notices();
   // While failing: reads what completed, keeping notices (take_notice). True when anything did.
@@ -218,11 +220,19 @@ class Endpoint {
     int32_t code = 0;
     int32_t waits_for = -1;
   };
+  // What travels: the sender's notice and, where it had heard it, the notice of the rank it waits
+  // for. A rank that gave up and exited before its own notice reached a peer it had no connection
+  // to yet is thus still heard of by that peer, through the rank that waited for it, and not
+  // taken for a rank that died.
+  struct NoticeMessage {
+    Notice sender;
+    Notice relayed;  // rank -1: none
+  };
   Op notice_op_;
-  Notice notice_{};            // the posted receive's buffer
-  std::vector<Notice> heard_;  // by rank: its notice, rank -1 where none came
+  NoticeMessage notice_{};     // the posted receive's buffer
+  std::vector<Notice> heard_;  // by rank: its notice (or one relayed), rank -1 where none came
   Notice first_heard_{};       // the first notice that came, which failed this rank's call
-  Notice sent_{};              // this rank's own notice, once it gave up
+  NoticeMessage sent_{};       // this rank's own notice, once it gave up
   std::vector<bool> unsent_;   // by rank: this rank's notice, for which the provider had no room
 
   uint32_t sequence_ = 0;                                // calls begun, identical on every rank
