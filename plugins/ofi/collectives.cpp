@@ -308,6 +308,33 @@ Result<Tuning> Tuning::from_environment(const std::string& provider) {
   return t;
 }
 
+Shape Collectives::shape_of(const char* what, const hvd_collective_args* args, uint32_t fields,
+                            int size) {
+  Shape shape;
+  std::strncpy(shape.call, what, sizeof(shape.call) - 1);
+  if (args == nullptr) return shape;
+  shape.dtype = static_cast<uint32_t>(args->dtype);
+  if ((fields & Shape::kCount) != 0) shape.count = args->count;
+  if ((fields & Shape::kOp) != 0) shape.op = static_cast<uint32_t>(args->op);
+  if ((fields & Shape::kRoot) != 0) shape.root = args->root;
+  if ((fields & Shape::kCounts) != 0 && args->recv_counts != nullptr) {
+    // allgatherv: each rank's own count is its entry in the counts every rank passes.
+    fields &= ~uint32_t{Shape::kCount};
+    shape.count = 0;
+    uint64_t digest = 14695981039346656037ull;  // FNV-1a over the counts' bytes
+    for (int i = 0; i < size; ++i) {
+      for (int b = 0; b < 8; ++b) {
+        digest = (digest ^ ((args->recv_counts[i] >> (8 * b)) & 0xff)) * 1099511628211ull;
+      }
+    }
+    shape.counts_digest = digest;
+  } else {
+    fields &= ~uint32_t{Shape::kCounts};
+  }
+  shape.fields = fields;
+  return shape;
+}
+
 char* Collectives::scratch(size_t bytes) {
   if (scratch_.size() < bytes) scratch_.resize(bytes);
   return scratch_.data();
@@ -317,7 +344,7 @@ char* Collectives::scratch(size_t bytes) {
 // -----------------------------------------------------------------------------------
 
 Status Collectives::allreduce(const hvd_collective_args& args) {
-  return call("allreduce", [&]() -> Status {
+  return call("allreduce", &args, Shape::kCount | Shape::kOp, [&]() -> Status {
     const size_t bytes = args.count * hvd_dtype_size(args.dtype);
     if (ep_.size() == 1 || bytes < tuning_.ring_allreduce_bytes) {
       return allreduce_recursive_doubling(args);
@@ -398,7 +425,7 @@ Status Collectives::allreduce_recursive_doubling(const hvd_collective_args& args
 // -------------------------------------------------------------------
 
 Status Collectives::reduce_scatter(const hvd_collective_args& args) {
-  return call("reduce_scatter", [&]() -> Status {
+  return call("reduce_scatter", &args, Shape::kCount | Shape::kOp, [&]() -> Status {
     const int n = ep_.size();
     const size_t esize = hvd_dtype_size(args.dtype);
     if (n == 1) {
@@ -418,7 +445,7 @@ Status Collectives::reduce_scatter(const hvd_collective_args& args) {
 }
 
 Status Collectives::allgather(const hvd_collective_args& args) {
-  return call("allgather", [&]() -> Status {
+  return call("allgather", &args, Shape::kCount | Shape::kCounts, [&]() -> Status {
     const int n = ep_.size();
     const int r = ep_.rank();
     const size_t esize = hvd_dtype_size(args.dtype);
@@ -436,7 +463,7 @@ Status Collectives::allgather(const hvd_collective_args& args) {
 // -----------------------------------------------------------------------------------
 
 Status Collectives::broadcast(const hvd_collective_args& args) {
-  return call("broadcast", [&]() -> Status {
+  return call("broadcast", &args, Shape::kCount | Shape::kRoot, [&]() -> Status {
     const size_t bytes = args.count * hvd_dtype_size(args.dtype);
     if (ep_.rank() == args.root && args.sendbuf != args.recvbuf && bytes > 0) {
       std::memcpy(args.recvbuf, args.sendbuf, bytes);
@@ -503,7 +530,7 @@ Status Collectives::broadcast_scatter_allgather(const hvd_collective_args& args)
 // Round i: send to r + 2^i, receive from r - 2^i. After ceil(log2 n) rounds every rank has heard,
 // through some chain, from every other.
 Status Collectives::barrier() {
-  return call("barrier", [&]() -> Status {
+  return call("barrier", nullptr, 0, [&]() -> Status {
     const int n = ep_.size();
     const int r = ep_.rank();
     uint32_t round = 0;
@@ -517,7 +544,7 @@ Status Collectives::barrier() {
 }
 
 Status Collectives::alltoall(const hvd_collective_args& args) {
-  return call("alltoall", [&]() -> Status {
+  return call("alltoall", &args, 0, [&]() -> Status {
     const int n = ep_.size();
     const int r = ep_.rank();
     const size_t esize = hvd_dtype_size(args.dtype);

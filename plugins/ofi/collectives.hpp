@@ -64,12 +64,13 @@ class Collectives {
   Status broadcast_scatter_allgather(const hvd_collective_args& args);
   // A scratch buffer of at least `bytes`, kept across calls.
   char* scratch(size_t bytes);
-  // Runs `body` (a Status) as one call of the endpoint, named `what`: begun, and ended however
-  // the body ends, an exception (no memory for a record or a buffer) included, so that a failure
-  // always breaks the endpoint and cancels what the call had posted.
+  // Runs `body` (a Status) as one call of the endpoint, named `what`, whose ranks agree on
+  // `args`' `fields` (a Shape's): begun, and ended however the body ends, an exception (no memory
+  // for a record or a buffer) included, so that a failure always breaks the endpoint and cancels
+  // what the call had posted.
   template <typename Body>
-  Status call(const char* what, Body&& body) {
-    HVD_RETURN_IF_ERROR(ep_.begin(what));
+  Status call(const char* what, const hvd_collective_args* args, uint32_t fields, Body&& body) {
+    HVD_RETURN_IF_ERROR(ep_.begin(what, shape_of(what, args, fields, ep_.size())));
     Status status;
     try {
       status = body();
@@ -78,6 +79,9 @@ class Collectives {
     }
     return ep_.end(std::move(status));
   }
+
+  static Shape shape_of(const char* what, const hvd_collective_args* args, uint32_t fields,
+                        int size);
 
   Endpoint& ep_;
   Tuning tuning_;

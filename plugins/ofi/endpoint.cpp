@@ -28,8 +28,12 @@ namespace hvd::ofi {
 namespace {
 
 // Tags: bit 63 marks a notice (its low bits are the sender's rank); otherwise bits 32..55 are
-// the call's sequence number and bits 0..31 the message's index within the call.
+// the call's sequence number, bits 0..31 the message's index within the call, bit 62 marks a
+// message that travels apart (above the inject size, where Shapes are checked) and bit 61 a
+// Shape.
 constexpr uint64_t kNoticeBit = uint64_t{1} << 63;
+constexpr uint64_t kApartBit = uint64_t{1} << 62;
+constexpr uint64_t kShapeBit = uint64_t{1} << 61;
 constexpr uint64_t kSequenceMask = (uint64_t{1} << 24) - 1;
 
 // An endpoint name as the out-of-band allgather carries it, with what the ranks must agree on:
@@ -148,8 +152,14 @@ Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
   ep->timeout_ = ctx.timeout;
   ep->call_budget_ = ep->timeout_ - ep->blame_grace();
   ep->provider_ = provider;
-  ep->heard_.assign(static_cast<size_t>(ctx.size), Notice{});
-  ep->unsent_.assign(static_cast<size_t>(ctx.size), false);
+  const size_t n = static_cast<size_t>(ctx.size);
+  ep->heard_.assign(n, Notice{});
+  ep->unsent_.assign(n, false);
+  ep->shape_sent_.assign(n, 0);
+  ep->shape_posted_.assign(n, 0);
+  ep->shape_matched_.assign(n, 0);
+  ep->shapes_heard_.assign(n, ShapeMessage{});
+  ep->shape_ops_.assign(n, Op{});
   Status opened = failed_before;
   if (opened.ok()) opened = ep->open_objects(ctx, provider, message_bytes);
   HVD_RETURN_IF_ERROR(ep->connect(ctx, shared, opened));
@@ -265,6 +275,10 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
        strcasecmp(auto_progress, "yes") == 0 || strcasecmp(auto_progress, "on") == 0);
   leave_open_when_broken_ =
       rxm && info_->domain_attr->data_progress == FI_PROGRESS_MANUAL && !rxm_moves_data_itself;
+  inject_size_ = info_->tx_attr->inject_size;
+  // shm's larger messages go by cross-memory attach, whose copy (libfabric 1.17's smr_cma_loop)
+  // loops forever on a message longer than the receive it meets: Shapes keep that from happening.
+  shape_checks_ = std::strcmp(info_->fabric_attr->prov_name, "shm") == 0;
   description_ = std::string(info_->fabric_attr->prov_name) + " on " + info_->domain_attr->name +
                  ", fabric " + info_->fabric_attr->name + limits;
   return Status::success();
@@ -412,8 +426,9 @@ std::string Endpoint::name_of(int peer) const {
   return name + " (job rank " + std::to_string(members_[static_cast<size_t>(peer)]) + ")";
 }
 
-uint64_t Endpoint::tag(uint32_t index) const {
-  return (uint64_t{sequence_ & kSequenceMask} << 32) | index;
+uint64_t Endpoint::tag(uint32_t index, size_t bytes) const {
+  return (uint64_t{sequence_ & kSequenceMask} << 32) | index |
+         (travels_apart(bytes) ? kApartBit : 0);
 }
 
 Status Endpoint::check_usable() const {
@@ -497,7 +512,7 @@ void Endpoint::send_notices(hvd_status code) {
   sent_.sender = Notice{rank_, static_cast<int32_t>(code), waits_for_};
   if (waits_for_ >= 0 && waits_for_ < size_)
     sent_.relayed = heard_[static_cast<size_t>(waits_for_)];
-  if (info_->tx_attr->inject_size < sizeof(sent_)) return;
+  if (inject_size_ < sizeof(sent_)) return;
   for (int r = 0; r < size_; ++r) unsent_[static_cast<size_t>(r)] = r != rank_ && r != unreachable_;
   // A peer this rank never sent to takes a notice only once both have progressed their
   // connection (shm, ofi_rxm): up to 100 ms for that. Over ofi_rxm the notices then leave as this
@@ -569,6 +584,8 @@ void Endpoint::break_endpoint(hvd_status code) {
   broken_ = true;
   send_notices(code);
   // No wait follows (begin() refuses a broken endpoint): nap() must not run after close_fid(ep_).
+  deferred_.clear();  // never posted
+  deferred_ready_ = 0;
   if (!leave_open_when_broken_) {
     close_fid(ep_);  // cancels every posted operation: nothing touches the caller's buffers after
     ops_.clear();
@@ -585,17 +602,45 @@ void Endpoint::break_endpoint(hvd_status code) {
 }
 
 Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, size_t bytes) {
+  const size_t p = static_cast<size_t>(peer);
+  if (travels_apart(bytes) && shape_matched_[p] != sequence_) {  // the peer's Shape first
+    if (shape_posted_[p] != sequence_) {
+      Op& shape_op = shape_ops_[p];
+      shape_op = Op{};
+      shape_op.peer = peer;
+      shape_op.bytes = sizeof(ShapeMessage);
+      const ssize_t posted =
+          fi_trecv(ep_, &shapes_heard_[p], sizeof(ShapeMessage), nullptr, addresses_[p],
+                   kShapeBit | (uint64_t{sequence_ & kSequenceMask} << 32), 0, &shape_op.context);
+      if (posted == -FI_EAGAIN) return static_cast<Op*>(nullptr);
+      if (posted != 0) {
+        return Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": receiving from " +
+                                          name_of(peer) +
+                                          " failed: " + fi_strerror(static_cast<int>(-posted)));
+      }
+      shape_posted_[p] = sequence_;
+    }
+    Op* op = &ops_.emplace_back();
+    op->is_send = true;
+    op->peer = peer;
+    op->bytes = bytes;
+    op->deferred = true;
+    op->index = index;
+    op->buffer = const_cast<void*>(buffer);  // only ever sent from
+    deferred_.push_back(op);
+    ++pending_;
+    return op;
+  }
   ops_.emplace_back();
   Op* op = &ops_.back();
   op->is_send = true;
   op->peer = peer;
   op->bytes = bytes;
   // A message the provider takes inline is sent and done on return: no completion to wait for.
-  const bool inject = bytes <= info_->tx_attr->inject_size;
-  const ssize_t posted =
-      inject ? fi_tinject(ep_, buffer, bytes, addresses_[static_cast<size_t>(peer)], tag(index))
-             : fi_tsend(ep_, buffer, bytes, nullptr, addresses_[static_cast<size_t>(peer)],
-                        tag(index), &op->context);
+  const bool inject = bytes <= inject_size_;
+  const ssize_t posted = inject ? fi_tinject(ep_, buffer, bytes, addresses_[p], tag(index, bytes))
+                                : fi_tsend(ep_, buffer, bytes, nullptr, addresses_[p],
+                                           tag(index, bytes), &op->context);
   if (posted == 0) {
     op->done = inject;
     if (!inject) ++pending_;
@@ -608,13 +653,24 @@ Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, siz
 }
 
 Result<Op*> Endpoint::try_recv(int peer, uint32_t index, void* buffer, size_t bytes) {
+  const size_t p = static_cast<size_t>(peer);
+  if (travels_apart(bytes) && shape_sent_[p] != sequence_) {  // this call's first such from peer
+    const ShapeMessage shape{shape_, bytes, index, 0};
+    const ssize_t sent = fi_tinject(ep_, &shape, sizeof(shape), addresses_[p],
+                                    kShapeBit | (uint64_t{sequence_ & kSequenceMask} << 32));
+    if (sent == -FI_EAGAIN) return static_cast<Op*>(nullptr);
+    if (sent != 0) {
+      return Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": sending to " + name_of(peer) +
+                                        " failed: " + fi_strerror(static_cast<int>(-sent)));
+    }
+    shape_sent_[p] = sequence_;
+  }
   ops_.emplace_back();
   Op* op = &ops_.back();
   op->peer = peer;
   op->bytes = bytes;
   const ssize_t posted =
-      fi_trecv(ep_, buffer, bytes, nullptr, addresses_[static_cast<size_t>(peer)], tag(index), 0,
-               &op->context);
+      fi_trecv(ep_, buffer, bytes, nullptr, addresses_[p], tag(index, bytes), 0, &op->context);
   if (posted == 0) {
     ++pending_;
     return op;
@@ -651,10 +707,10 @@ Status Endpoint::exchange(int peer, uint32_t index, const void* send, void* recv
   Op* in = &ops_.emplace_back();
   in->peer = peer;
   in->bytes = bytes;
-  if (bytes <= info_->tx_attr->inject_size &&
-      fi_trecv(ep_, recv, bytes, nullptr, address, tag(index), 0, &in->context) == 0) {
+  if (bytes <= inject_size_ &&
+      fi_trecv(ep_, recv, bytes, nullptr, address, tag(index, bytes), 0, &in->context) == 0) {
     ++pending_;
-    if (fi_tinject(ep_, send, bytes, address, tag(index)) == 0) return wait(in);
+    if (fi_tinject(ep_, send, bytes, address, tag(index, bytes)) == 0) return wait(in);
     // The receive is posted: the send waits for room, or fails with the reason.
     HVD_RETURN_IF_ERROR(this->send(peer, index, send, bytes).status());
     return wait_all();
@@ -667,6 +723,7 @@ Status Endpoint::exchange(int peer, uint32_t index, const void* send, void* recv
 }
 
 Result<bool> Endpoint::progress() {
+  if (deferred_ready_ != 0) HVD_RETURN_IF_ERROR(post_deferred());
   fi_cq_tagged_entry entries[16];
   const ssize_t n = fi_cq_read(cq_, entries, 16);
   if (n > 0) {
@@ -678,6 +735,15 @@ Result<bool> Endpoint::progress() {
         notice = take_notice(entries[i].len) || notice;
         continue;
       }
+      if (is_shape_op(op)) {
+        if (entries[i].len != sizeof(ShapeMessage)) {
+          return Status(HVD_ERR_MISMATCH, std::string("ofi ") + call_ + ": " + name_of(op->peer) +
+                                              " sent a call description of " +
+                                              std::to_string(entries[i].len) + " bytes");
+        }
+        HVD_RETURN_IF_ERROR(take_shape(op->peer));
+        continue;
+      }
       if (!op->is_send && entries[i].len != op->bytes) {
         return Status(HVD_ERR_MISMATCH,
                       std::string("ofi ") + call_ + ": " + name_of(op->peer) + " sent " +
@@ -687,6 +753,7 @@ Result<bool> Endpoint::progress() {
       }
       complete(op);
     }
+    if (deferred_ready_ != 0) HVD_RETURN_IF_ERROR(post_deferred());
     if (!notice) return true;
     stopped_by_notice_ = true;
     return Status(HVD_ERR_REMOTE, "ofi: a peer's notice");
@@ -721,6 +788,75 @@ Result<bool> Endpoint::progress() {
   }
   unreachable_ = op->peer;  // no notice to it: a dying shm peer may hold its region's lock
   return blame(HVD_ERR_REMOTE, what + " failed: " + detail, op->peer, "failed or is unreachable");
+}
+
+Status Endpoint::take_shape(int peer) {
+  const size_t p = static_cast<size_t>(peer);
+  shape_ops_[p].done = true;
+  ShapeMessage heard = shapes_heard_[p];
+  heard.shape.call[sizeof(heard.shape.call) - 1] = '\0';
+  const std::string what = std::string("ofi ") + call_ + ": " + name_of(peer) + " ";
+  if (std::memcmp(&heard.shape, &shape_, sizeof(Shape)) != 0) {
+    return Status(HVD_ERR_MISMATCH, what + "called " + describe(heard.shape) +
+                                        " where this rank called " + describe(shape_));
+  }
+  for (const Op* op : deferred_) {
+    if (op->peer == peer && op->index == heard.index && op->bytes != heard.bytes) {
+      return Status(HVD_ERR_MISMATCH, what + "expects " + std::to_string(heard.bytes) +
+                                          " bytes where this rank sends " +
+                                          std::to_string(op->bytes) +
+                                          " (the ranks disagree on the " + call_ + "'s counts)");
+    }
+  }
+  shape_matched_[p] = sequence_;
+  for (const Op* op : deferred_) deferred_ready_ += op->peer == peer ? 1 : 0;
+  return Status::success();
+}
+
+Status Endpoint::post_deferred() {
+  size_t kept = 0;
+  Status failure;
+  for (Op* op : deferred_) {
+    const size_t p = static_cast<size_t>(op->peer);
+    if (failure.ok() && shape_matched_[p] == sequence_) {
+      const ssize_t posted = fi_tsend(ep_, op->buffer, op->bytes, nullptr, addresses_[p],
+                                      tag(op->index, op->bytes), &op->context);
+      if (posted == 0) {
+        op->deferred = false;
+        --deferred_ready_;
+        continue;
+      }
+      if (posted != -FI_EAGAIN) {
+        failure = Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": sending to " +
+                                             name_of(op->peer) +
+                                             " failed: " + fi_strerror(static_cast<int>(-posted)));
+      }
+    }
+    deferred_[kept++] = op;
+  }
+  deferred_.resize(kept);
+  return failure;
+}
+
+std::string Endpoint::describe(const Shape& shape) {
+  std::string call(shape.call, strnlen(shape.call, sizeof(shape.call)));
+  for (char& c : call) {
+    if ((c < 'a' || c > 'z') && c != '_') c = '?';  // a peer's bytes, printed
+  }
+  std::string text = call + " of";
+  if ((shape.fields & Shape::kCount) != 0) text += " " + std::to_string(shape.count);
+  text += std::string(" ") + hvd_dtype_name(static_cast<int>(shape.dtype));
+  if ((shape.fields & Shape::kOp) != 0) {
+    text += std::string(" (") + hvd_reduce_op_name(static_cast<int>(shape.op)) + ")";
+  }
+  if ((shape.fields & Shape::kRoot) != 0) text += " from root " + std::to_string(shape.root);
+  if ((shape.fields & Shape::kCounts) != 0) {
+    char digest[48];
+    std::snprintf(digest, sizeof(digest), " with per-rank counts #%016llx",
+                  static_cast<unsigned long long>(shape.counts_digest));
+    text += digest;
+  }
+  return text;
 }
 
 void Endpoint::complete(Op* op) {
@@ -821,6 +957,8 @@ bool Endpoint::drain() {
       Op* op = static_cast<Op*>(entries[i].op_context);
       if (op == &notice_op_) {
         (void)take_notice(entries[i].len);
+      } else if (is_shape_op(op)) {
+        op->done = true;  // the call is failing: its deferred receives stay unposted
       } else {
         complete(op);
       }

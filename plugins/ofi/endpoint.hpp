@@ -27,6 +27,10 @@
 // rank at the end of that chain, the one that sent no notice (it stopped or died), or the one
 // that failed on its own, is the rank its error names. An abort with no call in progress breaks
 // the endpoint at once, so that peers waiting for this rank learn of it from its notice.
+//
+// On shm the ranks of a call compare what they called (a Shape) before the first message above
+// the inject size between them, which a shorter receive would otherwise meet in a copy that never
+// ends (see try_send).
 #ifndef HVD_OFI_ENDPOINT_HPP
 #define HVD_OFI_ENDPOINT_HPP
 
@@ -54,7 +58,25 @@ struct Op {
   bool is_send = false;
   int peer = -1;
   size_t bytes = 0;  // posted length; a receive must get exactly this many
+  // A send that waits for its peer's Shape before it is posted (Endpoint::try_send).
+  bool deferred = false;
+  uint32_t index = 0;
+  void* buffer = nullptr;
 };
+
+// What the ranks of a call agree on when they call alike: the sizes of the call's messages follow
+// from it. Plain bytes (compared whole), sent as they are.
+struct Shape {
+  enum Field : uint32_t { kCount = 1, kOp = 2, kRoot = 4, kCounts = 8 };
+  char call[16] = {};   // "allreduce", NUL-terminated
+  uint32_t fields = 0;  // which of the rest the call has
+  uint32_t dtype = 0;
+  uint32_t op = 0;
+  int32_t root = 0;
+  uint64_t count = 0;
+  uint64_t counts_digest = 0;  // of per-rank counts every rank passes alike (allgatherv)
+};
+static_assert(sizeof(Shape) == 48);
 
 class Endpoint {
  public:
@@ -88,11 +110,13 @@ class Endpoint {
   // Fails at once when the endpoint is broken or aborted; otherwise starts a call named `what`
   // ("allreduce"), whose messages are told apart from every other call's. From begin() to end()
   // the call owns the endpoint (abort() uses it only while no call does).
-  Status begin(const char* what) {
+  // `shape`: what the ranks must agree on (see try_send).
+  Status begin(const char* what, const Shape& shape) {
     const uint32_t before = state_.fetch_or(kInCall, std::memory_order_acquire);
     if (before != 0 || broken_ || notice_arrived_) return refuse(before, what);
-    ++sequence_;
+    if (++sequence_ == 0) ++sequence_;  // 0 marks "never" in the Shape records
     call_ = what;
+    shape_ = shape;
     // HVD_TIMEOUT bounds the call from its start, the failure's round of notices (blame)
     // included: the host's watchdog ends a call at HVD_TIMEOUT + 1 s; the plugin returns first.
     call_deadline_ = coarse_now() + call_budget_;
@@ -104,6 +128,15 @@ class Endpoint {
   // Post a tagged message of the current call to / from communicator rank `peer`. `index` tells
   // the call's messages between the same two ranks apart. A posted Op stays valid until end().
   // try_* return nullptr when the provider's queue is full (post again after progress()).
+  //
+  // Where a message longer than the receive it meets would hang the receiver (shm: libfabric
+  // 1.17's cross-memory-attach copy loops forever on it), messages above the inject size travel
+  // apart from smaller ones (a tag bit), and a rank sends each peer its call's Shape as it posts
+  // its first receive of such a message from it; the peer posts its sends of them only once that
+  // Shape equals its own (and the first message's length its own), and fails with a mismatch
+  // naming both calls otherwise. Until then such a send is deferred: it waits in its Op, and the
+  // progress that brings the Shape posts it. The cost: one small message's latency in the first
+  // round of such a call (docs/performance.md).
   Result<Op*> try_send(int peer, uint32_t index, const void* buffer, size_t bytes);
   Result<Op*> try_recv(int peer, uint32_t index, void* buffer, size_t bytes);
   // The same, retrying while the queue is full (bounded by the timeout).
@@ -148,6 +181,17 @@ class Endpoint {
   // rest of what completed, is an error with stopped_by_notice_ set: wait_until makes it
   // notice_failure(the rank it waits for).
   Result<bool> progress();
+  // A peer's Shape came (its receive, shape_ops_[peer], completed): compared with this call's;
+  // the deferred sends to it ready to post where it matches.
+  Status take_shape(int peer);
+  // Posts the deferred sends whose peer's Shape matched, as far as the provider takes them.
+  Status post_deferred();
+  // "allreduce of 4 float32 (sum)" and the like, for the mismatch's message.
+  static std::string describe(const Shape& shape);
+  bool travels_apart(size_t bytes) const { return shape_checks_ && bytes > inject_size_; }
+  bool is_shape_op(const Op* op) const {
+    return !shape_ops_.empty() && op >= shape_ops_.data() && op < shape_ops_.data() + size_;
+  }
   // Marks a posted Op done (once), counting it out of pending_.
   void complete(Op* op);
   Result<Op*> post(bool is_send, int peer, uint32_t index, void* buffer, size_t bytes);
@@ -189,7 +233,7 @@ class Endpoint {
   static constexpr int kSpinPolls = 64;
   static std::chrono::steady_clock::time_point coarse_now();
   void nap(std::chrono::steady_clock::duration idle) const;
-  uint64_t tag(uint32_t index) const;
+  uint64_t tag(uint32_t index, size_t bytes) const;
 
   int rank_ = 0;
   int size_ = 1;
@@ -234,6 +278,24 @@ class Endpoint {
   Notice first_heard_{};       // the first notice that came, which failed this rank's call
   NoticeMessage sent_{};       // this rank's own notice, once it gave up
   std::vector<bool> unsent_;   // by rank: this rank's notice, for which the provider had no room
+
+  // Shapes (try_send). A Shape message: the sender's call, and its first receive from that peer.
+  struct ShapeMessage {
+    Shape shape;
+    uint64_t bytes = 0;
+    uint32_t index = 0;
+    uint32_t reserved = 0;
+  };
+  bool shape_checks_ = false;  // shm
+  size_t inject_size_ = 0;
+  Shape shape_{};                           // this call's
+  std::vector<uint32_t> shape_sent_;        // by rank: the sequence_ it was last sent in
+  std::vector<uint32_t> shape_posted_;      // by rank: the sequence_ its receive was posted in
+  std::vector<uint32_t> shape_matched_;     // by rank: the sequence_ it last matched in
+  std::vector<ShapeMessage> shapes_heard_;  // by rank: the receives' buffers
+  std::vector<Op> shape_ops_;               // by rank: the receives
+  std::vector<Op*> deferred_;               // sends waiting for their peer's Shape
+  size_t deferred_ready_ = 0;               // of them, whose peer's Shape matched
 
   uint32_t sequence_ = 0;                                // calls begun, identical on every rank
   const char* call_ = "";                                // the call in progress

@@ -319,6 +319,65 @@ TEST_P(OfiFaultJob, CountsThatDifferAreAnErrorOnEveryRank) {
   }
 }
 
+// Calls that differ where a message above the inject size would meet a shorter receive: on shm,
+// libfabric 1.17's cross-memory-attach copy loops forever on such a message, so the ranks compare
+// their calls (a Shape) before the first such message. Each case must end on both ranks well
+// within the timeout (a hang is cut at 30 s and fails the test): 16383 against 16384 float32
+// (recursive doubling against the ring), an allreduce against an allgather, and an allreduce
+// against a broadcast, all a mismatch naming both calls on shm (on tcp;ofi_rxm, whose receives
+// truncate cleanly, a mismatch or the timeout). 1000 against 2000 float32 (4000 B inline against
+// 8000 B apart: the two never match) is the timeout on shm.
+TEST_P(OfiFaultJob, CallsThatDifferNeverHang) {
+  const bool shm = GetParam() == "shm";
+  struct Case {
+    const char* options;
+    const char* calls[2];  // rank 0's call, rank 1's, as a mismatch on shm names them
+  };
+  const Case cases[] = {
+      {"--count 16383 --count-for-rank 1=16384",
+       {"allreduce of 16383 float32 (sum)", "allreduce of 16384 float32 (sum)"}},
+      {"--count 300000 --call-for-rank 1=allgather",
+       {"allreduce of 300000 float32 (sum)", "allgather of 300000 float32"}},
+      {"--count 4096 --call-for-rank 1=broadcast",
+       {"allreduce of 4096 float32 (sum)", "broadcast of 4096 float32 from root 0"}},
+      {"--count 1000 --count-for-rank 1=2000", {nullptr, nullptr}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.options);
+    Job r = run(environment() + " timeout -s KILL 30 " + kHvdrun +
+                " -np 2 --backend ofi --timeout 2 " + kFaultJob + " " + c.options);
+    const auto by_rank = reports(r.output);
+    ASSERT_EQ(by_rank.size(), 2u) << r.output;
+    int mismatches = 0;
+    for (const auto& [rank, report] : by_rank) {
+      EXPECT_NE(report.status, "success") << rank << ": " << r.output;
+      EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
+      if (!shm) continue;
+      if (c.calls[0] == nullptr) {
+        EXPECT_TRUE(report.status == "timeout" || report.status == "remote failure")
+            << rank << ": " << report.message;
+        continue;
+      }
+      EXPECT_LT(report.seconds, 1.0) << report.message;
+      const int peer = 1 - rank;
+      if (report.status == "mismatch between ranks") {
+        ++mismatches;
+        const std::string names = "rank " + std::to_string(peer) + " called " + c.calls[peer] +
+                                  " where this rank called " + c.calls[rank];
+        EXPECT_NE(report.message.find(names), std::string::npos) << report.message;
+      } else {
+        EXPECT_TRUE(std::regex_search(
+            report.message,
+            std::regex(": rank " + std::to_string(peer) + " failed \\(mismatch between ranks\\)$")))
+            << rank << ": " << report.message;
+      }
+    }
+    if (shm && c.calls[0] != nullptr) {
+      EXPECT_GE(mismatches, 1) << r.output;
+    }
+  }
+}
+
 // A rank killed on shm leaves its shared-memory region (/dev/shm/<pid>:0:0) behind, and a later
 // rank given that pid could not open its endpoint. Stale regions are planted for the next 300
 // pids (never over an existing file), then a 2-rank shm job must run.
