@@ -308,33 +308,6 @@ Result<Tuning> Tuning::from_environment(const std::string& provider) {
   return t;
 }
 
-Shape Collectives::shape_of(const char* what, const hvd_collective_args* args, uint32_t fields,
-                            int size) {
-  Shape shape;
-  std::strncpy(shape.call, what, sizeof(shape.call) - 1);
-  if (args == nullptr) return shape;
-  shape.dtype = static_cast<uint32_t>(args->dtype);
-  if ((fields & Shape::kCount) != 0) shape.count = args->count;
-  if ((fields & Shape::kOp) != 0) shape.op = static_cast<uint32_t>(args->op);
-  if ((fields & Shape::kRoot) != 0) shape.root = args->root;
-  if ((fields & Shape::kCounts) != 0 && args->recv_counts != nullptr) {
-    // allgatherv: each rank's own count is its entry in the counts every rank passes.
-    fields &= ~uint32_t{Shape::kCount};
-    shape.count = 0;
-    uint64_t digest = 14695981039346656037ull;  // FNV-1a over the counts' bytes
-    for (int i = 0; i < size; ++i) {
-      for (int b = 0; b < 8; ++b) {
-        digest = (digest ^ ((args->recv_counts[i] >> (8 * b)) & 0xff)) * 1099511628211ull;
-      }
-    }
-    shape.counts_digest = digest;
-  } else {
-    fields &= ~uint32_t{Shape::kCounts};
-  }
-  shape.fields = fields;
-  return shape;
-}
-
 char* Collectives::scratch(size_t bytes) {
   if (scratch_.size() < bytes) scratch_.resize(bytes);
   return scratch_.data();

@@ -70,7 +70,7 @@ class Collectives {
   // what the call had posted.
   template <typename Body>
   Status call(const char* what, const hvd_collective_args* args, uint32_t fields, Body&& body) {
-    HVD_RETURN_IF_ERROR(ep_.begin(what, shape_of(what, args, fields, ep_.size())));
+    HVD_RETURN_IF_ERROR(ep_.begin(what, args, fields));
     Status status;
     try {
       status = body();
@@ -79,9 +79,6 @@ class Collectives {
     }
     return ep_.end(std::move(status));
   }
-
-  static Shape shape_of(const char* what, const hvd_collective_args* args, uint32_t fields,
-                        int size);
 
   Endpoint& ep_;
   Tuning tuning_;

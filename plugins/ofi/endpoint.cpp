@@ -624,10 +624,7 @@ Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, siz
     op->is_send = true;
     op->peer = peer;
     op->bytes = bytes;
-    op->deferred = true;
-    op->index = index;
-    op->buffer = const_cast<void*>(buffer);  // only ever sent from
-    deferred_.push_back(op);
+    deferred_.push_back(Deferred{op, index, buffer});
     ++pending_;
     return op;
   }
@@ -655,8 +652,8 @@ Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, siz
 Result<Op*> Endpoint::try_recv(int peer, uint32_t index, void* buffer, size_t bytes) {
   const size_t p = static_cast<size_t>(peer);
   if (travels_apart(bytes) && shape_sent_[p] != sequence_) {  // this call's first such from peer
-    const ShapeMessage shape{shape_, bytes, index, 0};
-    const ssize_t sent = fi_tinject(ep_, &shape, sizeof(shape), addresses_[p],
+    const ShapeMessage message{shape(), bytes, index, 0};
+    const ssize_t sent = fi_tinject(ep_, &message, sizeof(message), addresses_[p],
                                     kShapeBit | (uint64_t{sequence_ & kSequenceMask} << 32));
     if (sent == -FI_EAGAIN) return static_cast<Op*>(nullptr);
     if (sent != 0) {
@@ -796,12 +793,12 @@ Status Endpoint::take_shape(int peer) {
   ShapeMessage heard = shapes_heard_[p];
   heard.shape.call[sizeof(heard.shape.call) - 1] = '\0';
   const std::string what = std::string("ofi ") + call_ + ": " + name_of(peer) + " ";
-  if (std::memcmp(&heard.shape, &shape_, sizeof(Shape)) != 0) {
+  if (std::memcmp(&heard.shape, &shape(), sizeof(Shape)) != 0) {
     return Status(HVD_ERR_MISMATCH, what + "called " + describe(heard.shape) +
-                                        " where this rank called " + describe(shape_));
+                                        " where this rank called " + describe(shape()));
   }
-  for (const Op* op : deferred_) {
-    if (op->peer == peer && op->index == heard.index && op->bytes != heard.bytes) {
+  for (const auto& [op, index, buffer] : deferred_) {
+    if (op->peer == peer && index == heard.index && op->bytes != heard.bytes) {
       return Status(HVD_ERR_MISMATCH, what + "expects " + std::to_string(heard.bytes) +
                                           " bytes where this rank sends " +
                                           std::to_string(op->bytes) +
@@ -809,20 +806,20 @@ Status Endpoint::take_shape(int peer) {
     }
   }
   shape_matched_[p] = sequence_;
-  for (const Op* op : deferred_) deferred_ready_ += op->peer == peer ? 1 : 0;
+  for (const Deferred& send : deferred_) deferred_ready_ += send.op->peer == peer ? 1 : 0;
   return Status::success();
 }
 
 Status Endpoint::post_deferred() {
   size_t kept = 0;
   Status failure;
-  for (Op* op : deferred_) {
+  for (const Deferred& send : deferred_) {
+    Op* op = send.op;
     const size_t p = static_cast<size_t>(op->peer);
     if (failure.ok() && shape_matched_[p] == sequence_) {
-      const ssize_t posted = fi_tsend(ep_, op->buffer, op->bytes, nullptr, addresses_[p],
-                                      tag(op->index, op->bytes), &op->context);
+      const ssize_t posted = fi_tsend(ep_, send.buffer, op->bytes, nullptr, addresses_[p],
+                                      tag(send.index, op->bytes), &op->context);
       if (posted == 0) {
-        op->deferred = false;
         --deferred_ready_;
         continue;
       }
@@ -832,10 +829,42 @@ Status Endpoint::post_deferred() {
                                              " failed: " + fi_strerror(static_cast<int>(-posted)));
       }
     }
-    deferred_[kept++] = op;
+    deferred_[kept++] = send;
   }
   deferred_.resize(kept);
   return failure;
+}
+
+const Shape& Endpoint::shape() {
+  if (shape_known_) return shape_;
+  shape_ = Shape{};
+  std::strncpy(shape_.call, call_, sizeof(shape_.call) - 1);
+  const hvd_collective_args* args = call_args_;
+  uint32_t fields = call_fields_;
+  if (args != nullptr) {
+    shape_.dtype = static_cast<uint32_t>(args->dtype);
+    if ((fields & Shape::kCounts) != 0 && args->recv_counts != nullptr) {
+      // allgatherv: each rank's own count is its entry in the counts every rank passes.
+      fields &= ~uint32_t{Shape::kCount};
+      uint64_t digest = 14695981039346656037ull;  // FNV-1a over the counts' bytes
+      for (int i = 0; i < size_; ++i) {
+        for (int b = 0; b < 8; ++b) {
+          digest = (digest ^ ((args->recv_counts[i] >> (8 * b)) & 0xff)) * 1099511628211ull;
+        }
+      }
+      shape_.counts_digest = digest;
+    } else {
+      fields &= ~uint32_t{Shape::kCounts};
+    }
+    if ((fields & Shape::kCount) != 0) shape_.count = args->count;
+    if ((fields & Shape::kOp) != 0) shape_.op = static_cast<uint32_t>(args->op);
+    if ((fields & Shape::kRoot) != 0) shape_.root = args->root;
+  } else {
+    fields = 0;
+  }
+  shape_.fields = fields;
+  shape_known_ = true;
+  return shape_;
 }
 
 std::string Endpoint::describe(const Shape& shape) {
@@ -958,7 +987,7 @@ bool Endpoint::drain() {
       if (op == &notice_op_) {
         (void)take_notice(entries[i].len);
       } else if (is_shape_op(op)) {
-        op->done = true;  // the call is failing: its deferred receives stay unposted
+        op->done = true;  // the call is failing: its deferred sends stay unposted
       } else {
         complete(op);
       }

@@ -58,10 +58,6 @@ struct Op {
   bool is_send = false;
   int peer = -1;
   size_t bytes = 0;  // posted length; a receive must get exactly this many
-  // A send that waits for its peer's Shape before it is posted (Endpoint::try_send).
-  bool deferred = false;
-  uint32_t index = 0;
-  void* buffer = nullptr;
 };
 
 // What the ranks of a call agree on when they call alike: the sizes of the call's messages follow
@@ -110,13 +106,16 @@ class Endpoint {
   // Fails at once when the endpoint is broken or aborted; otherwise starts a call named `what`
   // ("allreduce"), whose messages are told apart from every other call's. From begin() to end()
   // the call owns the endpoint (abort() uses it only while no call does).
-  // `shape`: what the ranks must agree on (see try_send).
-  Status begin(const char* what, const Shape& shape) {
+  // `args` and `fields`: what the ranks must agree on, the Shape's fields taken from `args`
+  // (see try_send); `args` (or nullptr: a barrier) stays valid until end().
+  Status begin(const char* what, const hvd_collective_args* args, uint32_t fields) {
     const uint32_t before = state_.fetch_or(kInCall, std::memory_order_acquire);
     if (before != 0 || broken_ || notice_arrived_) return refuse(before, what);
     if (++sequence_ == 0) ++sequence_;  // 0 marks "never" in the Shape records
     call_ = what;
-    shape_ = shape;
+    call_args_ = args;
+    call_fields_ = fields;
+    shape_known_ = false;
     // HVD_TIMEOUT bounds the call from its start, the failure's round of notices (blame)
     // included: the host's watchdog ends a call at HVD_TIMEOUT + 1 s; the plugin returns first.
     call_deadline_ = coarse_now() + call_budget_;
@@ -188,6 +187,8 @@ class Endpoint {
   Status post_deferred();
   // "allreduce of 4 float32 (sum)" and the like, for the mismatch's message.
   static std::string describe(const Shape& shape);
+  // This call's Shape, worked out the first time a message needs it.
+  const Shape& shape();
   bool travels_apart(size_t bytes) const { return shape_checks_ && bytes > inject_size_; }
   bool is_shape_op(const Op* op) const {
     return !shape_ops_.empty() && op >= shape_ops_.data() && op < shape_ops_.data() + size_;
@@ -288,14 +289,23 @@ class Endpoint {
   };
   bool shape_checks_ = false;  // shm
   size_t inject_size_ = 0;
-  Shape shape_{};                           // this call's
+  const hvd_collective_args* call_args_ = nullptr;  // begin()'s
+  uint32_t call_fields_ = 0;
+  bool shape_known_ = false;
+  Shape shape_{};                           // this call's, once shape_known_
   std::vector<uint32_t> shape_sent_;        // by rank: the sequence_ it was last sent in
   std::vector<uint32_t> shape_posted_;      // by rank: the sequence_ its receive was posted in
   std::vector<uint32_t> shape_matched_;     // by rank: the sequence_ it last matched in
   std::vector<ShapeMessage> shapes_heard_;  // by rank: the receives' buffers
   std::vector<Op> shape_ops_;               // by rank: the receives
-  std::vector<Op*> deferred_;               // sends waiting for their peer's Shape
-  size_t deferred_ready_ = 0;               // of them, whose peer's Shape matched
+  // A send that waits for its peer's Shape before it is posted.
+  struct Deferred {
+    Op* op;
+    uint32_t index;
+    const void* buffer;
+  };
+  std::vector<Deferred> deferred_;
+  size_t deferred_ready_ = 0;  // of them, whose peer's Shape matched
 
   uint32_t sequence_ = 0;                                // calls begun, identical on every rank
   const char* call_ = "";                                // the call in progress
