@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What a change to a plugin costs: hvd-bench with the plugin from directory A, then from directory
-# B (HVD_PLUGIN_PATH, searched first), K times taking turns in one session, and per row the median
-# time of each and B's over A's (above 1: B is slower). Taking turns spreads the machine's drift
-# over both sides; the host, hvdrun and hvd-bench are the same build for both.
+# B (HVD_PLUGIN_PATH, searched first), K times taking turns in one session (A B, then B A, and so
+# on), and per row the median time of each and B's over A's (above 1: B is slower). Taking turns
+# spreads the machine's drift over both sides; the host, hvdrun and hvd-bench are the same build
+# for both, and the script checks that each side loaded its own plugin file.
 #
 #   bench/plugin_ab.sh [options] A B [-- hvd-bench arguments]
 #
@@ -17,11 +18,12 @@ set -euo pipefail
 
 np=2 runs=8 build=${HVD_BUILD:-build}
 positional=()
+value() { [ $# -ge 2 ] || { echo "plugin_ab.sh: $1 needs a value (see --help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case $1 in
-    --np) np=$2; shift 2 ;;
-    --runs) runs=$2; shift 2 ;;
-    --build) build=$2; shift 2 ;;
+    --np) value "$@"; np=$2; shift 2 ;;
+    --runs) value "$@"; runs=$2; shift 2 ;;
+    --build) value "$@"; build=$2; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "plugin_ab.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -30,22 +32,41 @@ while [ $# -gt 0 ]; do
 done
 [ ${#positional[@]} -eq 2 ] || { echo "plugin_ab.sh: give two plugin directories (see --help)" >&2; exit 2; }
 a=${positional[0]} b=${positional[1]}
-for d in "$a" "$b"; do
-  [ -d "$d" ] || { echo "plugin_ab.sh: $d is not a directory" >&2; exit 2; }
-done
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(--backend ofi -C allreduce -b 8 -e 64M -f 4 -n 100 -c 0)
+backend=${HVD_BACKEND:-gloo}
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case ${args[i]} in
+    --backend) backend=${args[i + 1]:-} ;;
+    -J|--output_file) echo "plugin_ab.sh: the script writes the JSON itself; drop ${args[i]}" >&2; exit 2 ;;
+  esac
+done
+case $backend in
+  *,*|all|"") echo "plugin_ab.sh: give hvd-bench one --backend" >&2; exit 2 ;;
+esac
+plugin=libhvd-backend-$backend.so
+for d in "$a" "$b"; do
+  [ -f "$d/$plugin" ] || { echo "plugin_ab.sh: $d has no $plugin" >&2; exit 2; }
+done
 command -v jq >/dev/null || { echo "plugin_ab.sh: jq is missing" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 for run in $(seq 1 "$runs"); do
-  for side in a b; do
+  order="a b"
+  [ $((run % 2)) -eq 0 ] && order="b a"
+  for side in $order; do
     dir=$a
     [ "$side" = b ] && dir=$b
-    HVD_PLUGIN_PATH=$dir "$build/bin/hvdrun" -np "$np" "$build/bin/hvd-bench" "${args[@]}" \
-      -J "$out/$side-$run.json" > "$out/$side-$run.txt" 2>&1 ||
+    HVD_PLUGIN_PATH=$dir HVD_LOG_LEVEL=info "$build/bin/hvdrun" -np "$np" "$build/bin/hvd-bench" \
+      "${args[@]}" -J "$out/$side-$run.json" > "$out/$side-$run.txt" 2>&1 ||
       { echo "plugin_ab.sh: run $run of $side failed:" >&2; tail -20 "$out/$side-$run.txt" >&2; exit 1; }
+    # The host logs the file it loaded: "... on backend NAME from PATH".
+    loaded=$(grep -o "on backend $backend from [^ ]*" "$out/$side-$run.txt" | head -1 | sed 's/.* from //')
+    if [ "$(realpath "$loaded" 2>/dev/null)" != "$(realpath "$dir/$plugin")" ]; then
+      echo "plugin_ab.sh: side $side loaded '${loaded:-nothing}', not $dir/$plugin" >&2
+      exit 1
+    fi
   done
 done
 
@@ -55,7 +76,7 @@ echo "# B: $b"
 echo "# median time (us) per row; B/A above 1: B is slower"
 for side in a b; do
   jq -s -c --arg side "$side" '[.[].results[] | {side: $side, backend, collective, type, size,
-      oop: .out_of_place.time, ip: .in_place.time}]' "$out"/$side-*.json
+      oop: .out_of_place.time?, ip: .in_place.time?}]' "$out"/$side-*.json
 done | jq -s -r '
   def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
                      else (.[length / 2 - 1] + .[length / 2]) / 2 end;
@@ -64,7 +85,7 @@ done | jq -s -r '
                    else (y / x * 1000 | round / 1000 | tostring) end;
   add | group_by([.backend, .collective, .type, .size])[]
   | (map(select(.side == "a"))) as $a | (map(select(.side == "b"))) as $b
-  | ($a | map(.oop) | median) as $ao | ($b | map(.oop) | median) as $bo
+  | ($a | map(.oop | numbers) | median) as $ao | ($b | map(.oop | numbers) | median) as $bo
   | ($a | map(.ip | numbers) | median) as $ai | ($b | map(.ip | numbers) | median) as $bi
   | [.[0].backend, .[0].collective, .[0].type, (.[0].size | tostring),
      ($ao | fmt), ($bo | fmt), ratio($ao; $bo), ($ai | fmt), ($bi | fmt), ratio($ai; $bi)]

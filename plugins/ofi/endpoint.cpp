@@ -399,12 +399,15 @@ Status Endpoint::post_notice_receive() {
   return posted == 0 ? Status::success() : fabric_error("posting the notice receive", posted);
 }
 
-bool Endpoint::take_notice(size_t bytes) {
+bool Endpoint::take_notice(size_t bytes, uint64_t tag) {
   const NoticeMessage message = notice_;
   (void)post_notice_receive();  // best effort: the endpoint is failing
   auto is_peer = [this](int rank) { return rank >= 0 && rank < size_ && rank != rank_; };
   const Notice& sender = message.sender;
-  if (bytes != sizeof(message) || !is_peer(sender.rank)) return false;
+  if (bytes != sizeof(message) || !is_peer(sender.rank) ||
+      (tag & ~kNoticeBit) != static_cast<uint64_t>(sender.rank)) {
+    return false;
+  }
   heard_[static_cast<size_t>(sender.rank)] = sender;
   if (!notice_arrived_) first_heard_ = sender;
   notice_arrived_ = true;
@@ -513,7 +516,7 @@ void Endpoint::send_notices(hvd_status code) {
   if (waits_for_ >= 0 && waits_for_ < size_)
     sent_.relayed = heard_[static_cast<size_t>(waits_for_)];
   if (inject_size_ < sizeof(sent_)) return;
-  for (int r = 0; r < size_; ++r) unsent_[static_cast<size_t>(r)] = r != rank_ && r != unreachable_;
+  notice_everyone();
   // A peer this rank never sent to takes a notice only once both have progressed their
   // connection (shm, ofi_rxm): up to 100 ms for that. Over ofi_rxm the notices then leave as this
   // thread progresses the endpoint, behind whatever the call had queued for the same peers (ring
@@ -607,6 +610,7 @@ Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, siz
     if (shape_posted_[p] != sequence_) {
       Op& shape_op = shape_ops_[p];
       shape_op = Op{};
+      shape_op.is_shape = true;
       shape_op.peer = peer;
       shape_op.bytes = sizeof(ShapeMessage);
       const ssize_t posted =
@@ -729,10 +733,10 @@ Result<bool> Endpoint::progress() {
       Op* op = static_cast<Op*>(entries[i].op_context);
       if (op == nullptr) continue;  // not one of this endpoint's posts (fi_tinject asks for none)
       if (op == &notice_op_) {      // after the rest: the data that came before it may end the call
-        notice = take_notice(entries[i].len) || notice;
+        notice = take_notice(entries[i].len, entries[i].tag) || notice;
         continue;
       }
-      if (is_shape_op(op)) {
+      if (op->is_shape) {
         if (entries[i].len != sizeof(ShapeMessage)) {
           return Status(HVD_ERR_MISMATCH, std::string("ofi ") + call_ + ": " + name_of(op->peer) +
                                               " sent a call description of " +
@@ -961,10 +965,25 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int waiting_for
   while (!blamed && std::chrono::steady_clock::now() < until && !aborted()) {
     resend_notices();
     if (!drain()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    relay_late_notice();
     blamed = resolve(false);
   }
+  relay_late_notice();
   if (!blamed) blamed = resolve(true);
   return Status(code, what + *blamed);
+}
+
+void Endpoint::notice_everyone() {
+  for (int r = 0; r < size_; ++r) unsent_[static_cast<size_t>(r)] = r != rank_ && r != unreachable_;
+}
+
+void Endpoint::relay_late_notice() {
+  if (!notices_sent_ || sent_.relayed.rank >= 0 || waits_for_ < 0 || waits_for_ >= size_) return;
+  const Notice& heard = heard_[static_cast<size_t>(waits_for_)];
+  if (heard.rank < 0 || inject_size_ < sizeof(sent_)) return;
+  sent_.relayed = heard;
+  notice_everyone();
+  resend_notices();  // a peer with no room now gets it only as the grace loop goes on
 }
 
 bool Endpoint::drain() {
@@ -985,8 +1004,8 @@ bool Endpoint::drain() {
     for (ssize_t i = 0; i < n; ++i) {
       Op* op = static_cast<Op*>(entries[i].op_context);
       if (op == &notice_op_) {
-        (void)take_notice(entries[i].len);
-      } else if (is_shape_op(op)) {
+        (void)take_notice(entries[i].len, entries[i].tag);
+      } else if (op->is_shape) {
         op->done = true;  // the call is failing: its deferred sends stay unposted
       } else {
         complete(op);

@@ -56,6 +56,7 @@ struct Op {
   fi_context2 context{};
   bool done = false;
   bool is_send = false;
+  bool is_shape = false;  // the receive of a peer's Shape (Endpoint::try_send)
   int peer = -1;
   size_t bytes = 0;  // posted length; a receive must get exactly this many
 };
@@ -190,9 +191,6 @@ class Endpoint {
   // This call's Shape, worked out the first time a message needs it.
   const Shape& shape();
   bool travels_apart(size_t bytes) const { return shape_checks_ && bytes > inject_size_; }
-  bool is_shape_op(const Op* op) const {
-    return !shape_ops_.empty() && op >= shape_ops_.data() && op < shape_ops_.data() + size_;
-  }
   // Marks a posted Op done (once), counting it out of pending_.
   void complete(Op* op);
   Result<Op*> post(bool is_send, int peer, uint32_t index, void* buffer, size_t bytes);
@@ -208,9 +206,14 @@ class Endpoint {
   void release();
   // Breaks an aborted endpoint that no call owns, telling the peers; a no-op otherwise.
   void break_if_aborted_and_free();
-  // A peer's notice arrived (notice_, `bytes` long): kept in heard_, and the receive posted
-  // again. False when it was malformed (and ignored).
-  bool take_notice(size_t bytes);
+  // A peer's notice arrived (notice_, `bytes` long, tagged `tag`): kept in heard_, and the
+  // receive posted again. False when it was malformed (and ignored).
+  bool take_notice(size_t bytes, uint64_t tag);
+  // The notice of the rank this one waited for came after this rank sent its own: its notice
+  // goes again, relaying it (once).
+  void relay_late_notice();
+  // Every peer but one whose transfer failed is to get this rank's notice (resend_notices).
+  void notice_everyone();
   // Posts again the notices that the provider had no room for (a peer not yet connected).
   void resend_notices();
   // While failing: reads what completed, keeping notices (take_notice). True when anything did.
