@@ -587,35 +587,50 @@ TEST(TcpStoreAttack, ShutdownWithManyConnectionsIsPrompt) {
   EXPECT_TRUE(peers.front().closed_by_server(1s));
 }
 
-// Out of file descriptors, the server neither spins on its listener nor locks a rank out: it
-// evicts the oldest unauthenticated connection, or turns the newcomer away with a reason. The
-// server runs in a child process whose descriptor limit is low (the limit is per process).
-TEST(TcpStoreAttack, OutOfDescriptorsNeitherSpinsNorLocksRanksOut) {
-  // The child reports its port, then lives until the parent closes its end (or dies).
-  int channel[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, channel), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(channel[0]);
-    rlimit limit{64, 64};
-    ::setrlimit(RLIMIT_NOFILE, &limit);
-    auto server = TcpStoreServer::start(HostPort{"127.0.0.1", 0}, "s3cret");
-    if (!server.ok()) ::_exit(2);
-    const uint16_t port = (*server)->address().port;
-    if (::write(channel[1], &port, sizeof port) != sizeof port) ::_exit(3);
-    char c;
-    while (::read(channel[1], &c, 1) != 0) {
+// A server whose descriptor limit is `limit`, in a child process (the limit is per process). The
+// child lives until the parent closes its end, or dies; the destructor kills it.
+class ServerInChild {
+ public:
+  explicit ServerInChild(rlim_t limit) {
+    int channel[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, channel) != 0) return;
+    pid_ = ::fork();
+    if (pid_ < 0) return;
+    if (pid_ == 0) {
+      ::close(channel[0]);
+      rlimit lowered{limit, limit};
+      ::setrlimit(RLIMIT_NOFILE, &lowered);
+      auto server = TcpStoreServer::start(HostPort{"127.0.0.1", 0}, "s3cret");
+      if (!server.ok()) ::_exit(2);
+      const uint16_t port = (*server)->address().port;
+      if (::write(channel[1], &port, sizeof port) != sizeof port) ::_exit(3);
+      char c;
+      while (::read(channel[1], &c, 1) != 0) {
+      }
+      ::_exit(0);
     }
-    ::_exit(0);
+    ::close(channel[1]);
+    parent_end_ = Fd(channel[0]);
+    uint16_t port = 0;
+    if (::read(parent_end_.get(), &port, sizeof port) == static_cast<ssize_t>(sizeof port)) {
+      at_ = HostPort{"127.0.0.1", port};
+    }
   }
-  ::close(channel[1]);
-  Fd parent_end(channel[0]);
-  uint16_t port = 0;
-  ASSERT_EQ(::read(parent_end.get(), &port, sizeof port), static_cast<ssize_t>(sizeof port));
-  const HostPort at{"127.0.0.1", port};
-  auto cpu_seconds = [child] {
-    std::ifstream in("/proc/" + std::to_string(child) + "/stat");
+  ~ServerInChild() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+  ServerInChild(const ServerInChild&) = delete;
+  ServerInChild& operator=(const ServerInChild&) = delete;
+
+  bool started() const { return pid_ > 0 && at_.port != 0; }
+  pid_t pid() const { return pid_; }
+  const HostPort& at() const { return at_; }
+  // The CPU seconds the server's process has used.
+  double cpu_seconds() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     unsigned long utime = 0, stime = 0;
     const size_t paren = text.rfind(')');
@@ -623,7 +638,38 @@ TEST(TcpStoreAttack, OutOfDescriptorsNeitherSpinsNorLocksRanksOut) {
     std::sscanf(text.c_str() + paren + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
                 &utime, &stime);
     return double(utime + stime) / double(::sysconf(_SC_CLK_TCK));
-  };
+  }
+
+ private:
+  pid_t pid_ = -1;
+  Fd parent_end_;
+  HostPort at_{"127.0.0.1", 0};
+};
+
+// Ranks on `at` until the server turns one away, which must be for want of a descriptor.
+std::vector<std::unique_ptr<TcpStoreClient>> ranks_until_refused(const HostPort& at) {
+  std::vector<std::unique_ptr<TcpStoreClient>> ranks;
+  for (;;) {
+    auto c = TcpStoreClient::connect(at, "s3cret", 5s);
+    if (!c.ok()) {
+      EXPECT_NE(c.status().message().find("no file descriptor left"), std::string::npos)
+          << c.status().to_string();
+      return ranks;
+    }
+    ranks.push_back(std::move(c).value());
+    if (ranks.size() >= 64u) {
+      ADD_FAILURE() << "64 ranks joined a server limited to 64 descriptors";
+      return ranks;
+    }
+  }
+}
+
+// Out of file descriptors, the server neither spins on its listener nor locks a rank out: it
+// evicts the oldest unauthenticated connection, or turns the newcomer away with a reason.
+TEST(TcpStoreAttack, OutOfDescriptorsNeitherSpinsNorLocksRanksOut) {
+  ServerInChild server(64);
+  ASSERT_TRUE(server.started());
+  const HostPort& at = server.at();
 
   // Silent connections far beyond the descriptors: the oldest make room, a rank still joins.
   std::vector<RawPeer> silent;
@@ -635,26 +681,35 @@ TEST(TcpStoreAttack, OutOfDescriptorsNeitherSpinsNorLocksRanksOut) {
 
   // Ranks take every descriptor; the next newcomer is told why it cannot join, and the
   // backlog of further ones costs no CPU.
-  std::vector<std::unique_ptr<TcpStoreClient>> ranks;
-  for (;;) {
-    auto c = TcpStoreClient::connect(at, "s3cret", 5s);
-    if (!c.ok()) {
-      EXPECT_NE(c.status().message().find("no file descriptor left"), std::string::npos)
-          << c.status().to_string();
-      break;
-    }
-    ranks.push_back(std::move(c).value());
-    ASSERT_LT(ranks.size(), 64u);
-  }
+  std::vector<std::unique_ptr<TcpStoreClient>> ranks = ranks_until_refused(at);
+  ASSERT_FALSE(ranks.empty());
   for (int i = 0; i < 50; ++i) silent.emplace_back(at);
   std::this_thread::sleep_for(200ms);
-  const double cpu_before = cpu_seconds();
+  const double cpu_before = server.cpu_seconds();
   std::this_thread::sleep_for(1s);
-  EXPECT_LT(cpu_seconds() - cpu_before, 0.2);  // a spinning loop would burn the whole second
+  EXPECT_LT(server.cpu_seconds() - cpu_before, 0.2);  // a spinning loop would burn the whole second
   EXPECT_TRUE(ranks.front()->set("still", bytes("served")).ok());
-  ::kill(child, SIGKILL);
-  int status = 0;
-  ::waitpid(child, &status, 0);
+}
+
+// Out of descriptors, accept() fails whether or not a connection is pending: the server evicts
+// nobody for a queue that is empty. A rank takes the last descriptor while a connection that has
+// not spoken yet is open: that connection stays.
+TEST(TcpStoreAttack, TheLastDescriptorTakenEvictsNobody) {
+  ServerInChild server(64);
+  ASSERT_TRUE(server.started());
+  const HostPort& at = server.at();
+  std::vector<std::unique_ptr<TcpStoreClient>> ranks = ranks_until_refused(at);
+  ASSERT_GT(ranks.size(), 5u);
+  std::this_thread::sleep_for(
+      1100ms);                     // the one turned away lingers up to 1 s in the spare's place
+  ranks.resize(ranks.size() - 2);  // two descriptors free
+  std::this_thread::sleep_for(200ms);
+  RawPeer quiet(at);  // takes one
+  std::this_thread::sleep_for(200ms);
+  auto last = TcpStoreClient::connect(at, "s3cret", 5s);  // takes the other
+  ASSERT_TRUE(last.ok()) << last.status().to_string();
+  EXPECT_FALSE(quiet.closed_by_server(300ms));
+  EXPECT_TRUE((*last)->set("still", bytes("served")).ok());
 }
 
 }  // namespace

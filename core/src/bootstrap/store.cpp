@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -349,7 +350,9 @@ class TcpStoreServer::Loop {
   }
 
   void accept_pending();
-  bool refuse_with_reserve();
+  // Out of descriptors: takes the next newcomer with the spare one, and drops it, admits it in
+  // an evicted connection's place, or turns it away. False when there is no spare.
+  bool accept_with_reserve();
   void admit(Fd fd);
   Connection* add(Fd fd);
   void turn_away(Fd fd, const Status& why);
@@ -474,11 +477,16 @@ void TcpStoreServer::Loop::accept_pending() {
     if (errno == EINTR || errno == ECONNABORTED) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return;
     if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-      // The pending connection stays in the backlog and keeps the listener readable: free a
-      // descriptor for it, or turn it away, or stop watching for a while, but never spin.
+      // accept() fails so whether or not a connection is pending: nobody is evicted for an empty
+      // queue (a rank whose hello is still on its way would be).
+      pollfd pending{listener_.get(), POLLIN, 0};
+      if (::poll(&pending, 1, 0) <= 0 || (pending.revents & POLLIN) == 0) return;
+      // The pending connection stays in the backlog and keeps the listener readable: take it
+      // with the spare descriptor, then drop it if it hung up already, or free a descriptor for
+      // it, or turn it away; or stop watching for a while, but never spin.
       note(fd_exhausted_);
+      if (accept_with_reserve()) continue;
       if (evict_unauthenticated(/*authentication_will_do=*/false)) continue;
-      if (refuse_with_reserve()) continue;
       pause_accepting(Clock::now() + milliseconds(100));
       return;
     }
@@ -488,18 +496,34 @@ void TcpStoreServer::Loop::accept_pending() {
   }
 }
 
-bool TcpStoreServer::Loop::refuse_with_reserve() {
+bool TcpStoreServer::Loop::accept_with_reserve() {
   if (!reserve_.valid()) return false;
   reserve_.reset();
-  const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) {
+  Fd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+  if (!fd.valid()) {
+    const bool none_pending = errno == EAGAIN || errno == EWOULDBLOCK;
     reserve_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    return false;
+    return none_pending;  // the queue emptied meanwhile: accept_pending sees so
+  }
+  // A newcomer that hung up already (a client that gave up waiting in the backlog, a scanner)
+  // costs no connection its place.
+  char byte;
+  if (::recv(fd.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+    accepted_.value.fetch_add(1, std::memory_order_relaxed);
+    fd.reset();
+    reserve_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    return true;
+  }
+  // Room for it: closing the oldest unauthenticated connection takes the reserve back.
+  if (evict_unauthenticated(/*authentication_will_do=*/false)) {
+    admit(std::move(fd));
+    return true;
   }
   accepted_.value.fetch_add(1, std::memory_order_relaxed);
   note(over_capacity_);
   // It lingers in the reserve's place; close() takes the reserve back after it.
-  turn_away(Fd(fd), error(HVD_ERR_SYSTEM, "the rendezvous store has no file descriptor left"));
+  turn_away(std::move(fd),
+            error(HVD_ERR_SYSTEM, "the rendezvous store has no file descriptor left"));
   return true;
 }
 
