@@ -403,9 +403,13 @@ bool Endpoint::take_notice(size_t bytes, uint64_t tag) {
   const NoticeMessage message = notice_;
   (void)post_notice_receive();  // best effort: the endpoint is failing
   auto is_peer = [this](int rank) { return rank >= 0 && rank < size_ && rank != rank_; };
+  auto known = [](Finding found) {
+    return found == Finding::kSilent || found == Finding::kUnreachable || found == Finding::kGone;
+  };
   const Notice& sender = message.sender;
   if (bytes != sizeof(message) || !is_peer(sender.rank) ||
-      (tag & ~kNoticeBit) != static_cast<uint64_t>(sender.rank)) {
+      (tag & ~kNoticeBit) != static_cast<uint64_t>(sender.rank) || !known(sender.found) ||
+      !known(message.relayed.found)) {
     return false;
   }
   heard_[static_cast<size_t>(sender.rank)] = sender;
@@ -512,7 +516,7 @@ void Endpoint::send_notices(hvd_status code) {
   if (notices_sent_ || ep_ == nullptr) return;
   notices_sent_ = true;
   // Best effort, to every peer: an inject needs no completion.
-  sent_.sender = Notice{rank_, static_cast<int32_t>(code), waits_for_};
+  sent_.sender = Notice{rank_, static_cast<int32_t>(code), waits_for_, found_};
   if (waits_for_ >= 0 && waits_for_ < size_)
     sent_.relayed = heard_[static_cast<size_t>(waits_for_)];
   if (inject_size_ < sizeof(sent_)) return;
@@ -531,6 +535,18 @@ void Endpoint::send_notices(hvd_status code) {
     if ((all_taken && now >= flushed) || now >= given_up) return;
     (void)drain();
   }
+}
+
+int Endpoint::gone_in_flight() const {
+  std::vector<bool> checked(static_cast<size_t>(size_), false);
+  for (const Op& op : ops_) {
+    if (op.done || op.peer < 0 || op.peer >= size_ || checked[static_cast<size_t>(op.peer)]) {
+      continue;
+    }
+    checked[static_cast<size_t>(op.peer)] = true;
+    if (gone(op.peer)) return op.peer;
+  }
+  return -1;
 }
 
 bool Endpoint::gone(int peer) const {
@@ -788,7 +804,7 @@ Result<bool> Endpoint::progress() {
                                         "count or dtype)");
   }
   unreachable_ = op->peer;  // no notice to it: a dying shm peer may hold its region's lock
-  return blame(HVD_ERR_REMOTE, what + " failed: " + detail, op->peer, "failed or is unreachable");
+  return blame(HVD_ERR_REMOTE, what + " failed: " + detail, op->peer, Finding::kUnreachable);
 }
 
 Status Endpoint::take_shape(int peer) {
@@ -919,11 +935,11 @@ Status Endpoint::notice_failure(int waiting_for) {
   const std::string what = std::string("ofi ") + call_ + ": " + name_of(notice.rank) +
                            " gave up on the communicator (" +
                            hvd_status_name(static_cast<hvd_status>(notice.code)) + ")";
-  return blame(HVD_ERR_REMOTE, what, waiting_for, "stopped, died, or is in another call", true);
+  return blame(HVD_ERR_REMOTE, what, waiting_for, Finding::kSilent, true);
 }
 
 Status Endpoint::peer_died(int peer) {
-  return blame(HVD_ERR_REMOTE, std::string("ofi ") + call_, peer, "died");  // chain_from says how
+  return blame(HVD_ERR_REMOTE, std::string("ofi ") + call_, peer, Finding::kGone);
 }
 
 Status Endpoint::timeout_failure(int peer) {
@@ -933,16 +949,17 @@ Status Endpoint::timeout_failure(int peer) {
   return blame(HVD_ERR_TIMEOUT,
                std::string("ofi ") + call_ + ": nothing arrived from or left for " + name_of(peer) +
                    " within the call's " + text + " s (HVD_TIMEOUT)",
-               peer, "stopped, died, or is in another call");
+               peer, Finding::kSilent);
 }
 
 // The rank this one waits for may itself wait for a rank that stopped or died: every rank that
 // gives up tells the others whom it waits for, and listens a moment for theirs (blame_grace,
 // within the call's timeout), so that the error follows the chain to the rank at its end. It
 // stops listening as soon as the chain ends at a rank that failed on its own, or closes on itself.
-Status Endpoint::blame(hvd_status code, const std::string& what, int waiting_for,
-                       const char* verdict, bool by_notice) {
+Status Endpoint::blame(hvd_status code, const std::string& what, int waiting_for, Finding found,
+                       bool by_notice) {
   waits_for_ = waiting_for;
+  found_ = found;
   // What has come already first: a rank that exited after giving up left its notice behind, and
   // this rank's notice relays the one of the rank it waits for.
   drain();
@@ -958,7 +975,9 @@ Status Endpoint::blame(hvd_status code, const std::string& what, int waiting_for
   }
   auto resolve = [&](bool final) -> std::optional<std::string> {
     std::optional<std::string> origin = origin_heard();
-    return origin ? origin : chain_from(start, waiting_for, verdict, final, chain);
+    return origin
+               ? origin
+               : chain_from(start, start == waiting_for ? found : Finding::kSilent, final, chain);
   };
   const auto until = std::chrono::steady_clock::now() + blame_grace();
   std::optional<std::string> blamed = resolve(false);
@@ -1032,8 +1051,35 @@ std::optional<std::string> Endpoint::origin_heard() const {
          hvd_status_name(static_cast<hvd_status>(origin->code)) + ")";
 }
 
-std::optional<std::string> Endpoint::chain_from(int start, int waiting_for, const char* verdict,
-                                                bool final, std::string chain) const {
+std::string Endpoint::verdict(int peer, Finding found) const {
+  if (gone(peer)) {
+    return "is gone (its process " + std::to_string(peer_pids_[static_cast<size_t>(peer)]) +
+           " exited or was killed)";
+  }
+  switch (found) {
+    case Finding::kUnreachable:
+      return "failed or is unreachable";
+    case Finding::kGone:
+      return "is gone (its process exited or was killed)";
+    case Finding::kSilent:
+      break;
+  }
+  return "stopped, died, or is in another call";
+}
+
+const Endpoint::Notice* Endpoint::first_hand_report() const {
+  for (const Notice& notice : heard_) {
+    if (notice.rank >= 0 && notice.found != Finding::kSilent && notice.waits_for >= 0 &&
+        notice.waits_for < size_ && notice.waits_for != rank_ &&
+        heard_[static_cast<size_t>(notice.waits_for)].rank < 0) {
+      return &notice;
+    }
+  }
+  return nullptr;
+}
+
+std::optional<std::string> Endpoint::chain_from(int start, Finding found, bool final,
+                                                std::string chain) const {
   std::vector<bool> seen(static_cast<size_t>(size_), false);
   seen[static_cast<size_t>(rank_)] = true;
   for (int at = start; at >= 0 && at < size_;) {
@@ -1044,14 +1090,15 @@ std::optional<std::string> Endpoint::chain_from(int start, int waiting_for, cons
     }
     seen[static_cast<size_t>(at)] = true;
     const Notice& notice = heard_[static_cast<size_t>(at)];
-    if (notice.rank < 0 && gone(at)) {
-      return chain + ": " + name_of(at) + " is gone (its process " +
-             std::to_string(peer_pids_[static_cast<size_t>(at)]) + " exited or was killed)";
-    }
+    if (notice.rank < 0 && gone(at)) return chain + ": " + name_of(at) + " " + verdict(at, found);
     if (notice.rank < 0) {  // nothing heard from it
       if (!final) return std::nullopt;
-      return chain + ": " + name_of(at) + " " +
-             (at == waiting_for ? verdict : "stopped, died, or is in another call");
+      chain += ": " + name_of(at) + " " + verdict(at, found);
+      // It may only be slow: a rank found failed first hand is more likely where the failure began.
+      const Notice* report = found == Finding::kSilent ? first_hand_report() : nullptr;
+      if (report == nullptr) return chain;
+      return chain + "; " + name_of(report->rank) + " waits for " + name_of(report->waits_for) +
+             ": " + name_of(report->waits_for) + " " + verdict(report->waits_for, report->found);
     }
     if (notice.waits_for < 0 || notice.waits_for >= size_) {  // it failed, waiting for no one
       return chain + ": " + name_of(at) + " failed (" +
@@ -1060,6 +1107,7 @@ std::optional<std::string> Endpoint::chain_from(int start, int waiting_for, cons
     chain += "; " + name_of(at) + " waits for " +
              (notice.waits_for == rank_ ? std::string("this rank") : name_of(notice.waits_for));
     at = notice.waits_for;
+    found = notice.found;
   }
   return chain;  // no rank to follow: the error says all there is
 }

@@ -20,13 +20,16 @@
 // choice requires), so nothing moves, and the endpoint is never freed.
 //
 // A notice says which rank the sender was waiting for when it gave up (none when it failed on
-// its own: aborted, a message of the wrong size). A peer's notice fails that peer's call at once
-// instead of letting it wait out its timeout, and relays the notice of the rank its sender waited
-// for, where that came first. A rank that gives up waiting for a peer listens a
-// moment for the others' notices and follows who waits for whom from the rank it waited for: the
-// rank at the end of that chain, the one that sent no notice (it stopped or died), or the one
-// that failed on its own, is the rank its error names. An abort with no call in progress breaks
-// the endpoint at once, so that peers waiting for this rank learn of it from its notice.
+// its own: aborted, a message of the wrong size), and whether it found that rank failed first
+// hand (a transfer with it failed, its process is gone). A peer's notice fails that peer's call
+// at once instead of letting it wait out its timeout, and relays the notice of the rank its sender
+// waited for, where that came first. A rank that gives up waiting for a peer listens a moment for
+// the others' notices and follows who waits for whom from the rank it waited for: the rank at the
+// end of that chain, the one that sent no notice (it stopped or died), or the one that failed on
+// its own, is the rank its error names. Where the chain ends at a rank that sent no notice, which
+// may only be slow, the error also names a rank that another one found failed first hand. An
+// abort with no call in progress breaks the endpoint at once, so that peers waiting for this rank
+// learn of it from its notice.
 //
 // On shm the ranks of a call compare what they called (a Shape) before the first message above
 // the inject size between them, which a shorter receive would otherwise meet in a copy that never
@@ -171,6 +174,12 @@ class Endpoint {
   std::string name_of(int peer) const;
 
  private:
+  // What a rank that gave up found of the rank it waited for.
+  enum class Finding : int32_t {
+    kSilent = 0,       // nothing came from it (a timeout), or a notice ended the wait
+    kUnreachable = 1,  // a transfer with it failed
+    kGone = 2,         // its process exited (shm)
+  };
   Endpoint() = default;
   Status open_objects(const sdk::InitContext& ctx, const std::string& provider,
                       size_t message_bytes);
@@ -222,17 +231,22 @@ class Endpoint {
   Status timeout_failure(int peer);
   // On shm, where pids mean processes of this host (peer_pids_): the peer's process is gone.
   bool gone(int peer) const;
+  // A peer this call has a message in flight with (posted, or waiting for its Shape) whose
+  // process is gone; -1 where none.
+  int gone_in_flight() const;
   Status peer_died(int peer);
   // Tells the peers this rank gives up waiting for `waiting_for` (-1: none), listens for their
   // notices, and returns `what` with the rank to blame. `by_notice`: a peer's notice ended the
   // wait (`what` names that peer, not the rank waited for).
-  Status blame(hvd_status code, const std::string& what, int waiting_for, const char* verdict,
+  Status blame(hvd_status code, const std::string& what, int waiting_for, Finding found,
                bool by_notice = false);
+  // How an error ends that names `peer`, found so: "is gone (...)", "failed or is unreachable"...
+  std::string verdict(int peer, Finding found) const;
   // ": rank N was aborted" (or failed on its own) where such a notice came; nullopt otherwise.
   std::optional<std::string> origin_heard() const;
   // Whom to blame, following who waits for whom from `start`, after `chain` (see the top of this
   // file); nullopt while the chain ends at a rank not heard from yet, unless `final`.
-  std::optional<std::string> chain_from(int start, int waiting_for, const char* verdict, bool final,
+  std::optional<std::string> chain_from(int start, Finding found, bool final,
                                         std::string chain) const;
   static constexpr int kSpinPolls = 64;
   static std::chrono::steady_clock::time_point coarse_now();
@@ -261,12 +275,13 @@ class Endpoint {
   static constexpr std::chrono::milliseconds kLivenessPeriod{10};
   std::chrono::steady_clock::time_point next_liveness_check_{};
 
-  // A rank's notice that it gave up: who it is, its error, and the rank it was waiting for (-1:
-  // none, it failed on its own).
+  // A rank's notice that it gave up: who it is, its error, the rank it was waiting for (-1: none,
+  // it failed on its own), and what it found of that rank.
   struct Notice {
     int32_t rank = -1;
     int32_t code = 0;
     int32_t waits_for = -1;
+    Finding found = Finding::kSilent;
   };
   // What travels: the sender's notice and, where it had heard it, the notice of the rank it waits
   // for. A rank that gave up and exited before its own notice reached a peer it had no connection
@@ -281,7 +296,10 @@ class Endpoint {
   std::vector<Notice> heard_;  // by rank: its notice (or one relayed), rank -1 where none came
   Notice first_heard_{};       // the first notice that came, which failed this rank's call
   NoticeMessage sent_{};       // this rank's own notice, once it gave up
-  std::vector<bool> unsent_;   // by rank: this rank's notice, for which the provider had no room
+  // A notice whose sender found the rank it waited for failed first hand, a rank that sent no
+  // notice itself; nullptr where none came.
+  const Notice* first_hand_report() const;
+  std::vector<bool> unsent_;  // by rank: this rank's notice, for which the provider had no room
 
   // Shapes (try_send). A Shape message: the sender's call, and its first receive from that peer.
   struct ShapeMessage {
@@ -318,10 +336,11 @@ class Endpoint {
   std::chrono::milliseconds blame_grace() const {
     return std::min<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(500));
   }
-  std::deque<Op> ops_;    // this call's, stable addresses
-  size_t pending_ = 0;    // of them, posted and not yet done
-  int waits_for_ = -1;    // the rank this endpoint waited for when it failed, if any
-  int unreachable_ = -1;  // the rank whose transfer failed, if one did: sent no notice
+  std::deque<Op> ops_;                // this call's, stable addresses
+  size_t pending_ = 0;                // of them, posted and not yet done
+  int waits_for_ = -1;                // the rank this endpoint waited for when it failed, if any
+  Finding found_ = Finding::kSilent;  // what it found of that rank
+  int unreachable_ = -1;              // the rank whose transfer failed, if one did: sent no notice
   bool notices_sent_ = false;
   bool quick_notices_ = false;      // abort(): the notices wait for no peer's connection
   bool notice_arrived_ = false;     // a notice came (first_heard_)
@@ -372,8 +391,11 @@ Status Endpoint::wait_until(Done&& done, WaitingFor&& waiting_for) {
     if (now >= call_deadline_) return timeout_failure(waiting_for());
     if (!peer_pids_.empty() && now >= next_liveness_check_) {
       next_liveness_check_ = now + kLivenessPeriod;
+      // The rank waited for, then any other this call moves data with: one waited for later
+      // may be gone already, and the rank waited for itself waiting on this one.
       const int peer = waiting_for();
       if (gone(peer)) return peer_died(peer);
+      if (const int lost = gone_in_flight(); lost >= 0) return peer_died(lost);
     }
     nap(now - idle_since);
   }

@@ -14,6 +14,7 @@
 //                            lost in the middle of the data, if the call lasts that long
 //   --die-rank R             rank R kills itself (SIGKILL) instead of calling: a peer certainly
 //                            lost while the others wait for it
+//   --late-rank R=MS         rank R begins its call MS milliseconds after the others: a slow rank
 //   --abort-rank R           rank R aborts its communicator (hvd_comm_abort) 0.5 s after the
 //                            others began their call, instead of calling, then waits 3 s before
 //                            finalizing: its peers must learn of it from the backend, not from
@@ -51,6 +52,8 @@ struct Options {
   int kill_after_ms = 0;
   int die_rank = -1;
   int abort_rank = -1;
+  int late_rank = -1;
+  int late_ms = 0;
   double linger = 0;
   bool fused = false;
 };
@@ -80,6 +83,10 @@ bool parse(int argc, char** argv, Options* o) {
       o->kill_after_ms = std::atoi(ms.c_str());
     } else if (arg == "--die-rank" && has_value) {
       o->die_rank = std::atoi(argv[++i]);
+    } else if (arg == "--late-rank" && has_value) {
+      auto [r, ms] = split(argv[++i]);
+      o->late_rank = r;
+      o->late_ms = std::atoi(ms.c_str());
     } else if (arg == "--abort-rank" && has_value) {
       o->abort_rank = std::atoi(argv[++i]);
     } else if (arg == "--fused") {
@@ -174,6 +181,7 @@ int main(int argc, char** argv) {
       ::raise(SIGKILL);
     }).detach();
   }
+  if (rank == o.late_rank) std::this_thread::sleep_for(std::chrono::milliseconds(o.late_ms));
   const auto start = std::chrono::steady_clock::now();
   const hvd_status s = run(comm, call, count);
   const double seconds =

@@ -246,6 +246,19 @@ TEST_P(OfiFaultJob, ADeadPeerIsNamedAtTheEndOfAChainOfWaits) {
   }
 }
 
+// The same death with rank 3 late by more than the timeout: rank 0 waits for rank 3, which says
+// nothing before rank 0 gives up, but rank 1 found rank 2 failed first hand (its sends to rank 2
+// failed, or, on shm, rank 2's process is gone while rank 1 waited for rank 0): rank 0's error
+// ends naming rank 2 all the same.
+TEST_P(OfiFaultJob, ADeadPeerIsNamedThoughTheRankWaitedForIsLate) {
+  Job r = job_of(4, environment(), "--count 16777216 --die-rank 2 --late-rank 3=2500");
+  expect_survivors_name(r, {0, 1}, ends_naming(2), false);
+  const auto by_rank = reports(r.output);
+  ASSERT_EQ(by_rank.count(3), 1u) << r.output;
+  EXPECT_NE(by_rank.at(3).status, "success") << r.output;
+  EXPECT_LT(by_rank.at(3).seconds, kTimeout + kSlack) << r.output;
+}
+
 // Rank 1 aborts its communicator while the others wait for it in a call, with none of its own in
 // progress: they fail at once on its notice, naming it, long before the 10 s timeout.
 TEST_P(OfiFaultJob, AnAbortWithNoCallInProgressFailsThePeersAtOnce) {
