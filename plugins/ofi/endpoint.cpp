@@ -620,6 +620,20 @@ void Endpoint::break_endpoint(hvd_status code) {
   for (int i = 0; i < 100; ++i) (void)fi_cq_read(cq_, nullptr, 0);
 }
 
+uint64_t Endpoint::shape_tag() const {
+  return kShapeBit | (uint64_t{sequence_ & kSequenceMask} << 32);
+}
+
+std::string Endpoint::transfer(bool is_send, int peer) const {
+  return std::string("ofi ") + call_ + ": " + (is_send ? "sending to " : "receiving from ") +
+         name_of(peer);
+}
+
+Status Endpoint::post_failure(bool is_send, int peer, ssize_t code) const {
+  return Status(HVD_ERR_SYSTEM,
+                transfer(is_send, peer) + " failed: " + fi_strerror(static_cast<int>(-code)));
+}
+
 Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, size_t bytes) {
   const size_t p = static_cast<size_t>(peer);
   if (travels_apart(bytes) && shape_matched_[p] != sequence_) {  // the peer's Shape first
@@ -629,14 +643,11 @@ Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, siz
       shape_op.is_shape = true;
       shape_op.peer = peer;
       shape_op.bytes = sizeof(ShapeMessage);
-      const ssize_t posted =
-          fi_trecv(ep_, &shapes_heard_[p], sizeof(ShapeMessage), nullptr, addresses_[p],
-                   kShapeBit | (uint64_t{sequence_ & kSequenceMask} << 32), 0, &shape_op.context);
+      const ssize_t posted = fi_trecv(ep_, &shapes_heard_[p], sizeof(ShapeMessage), nullptr,
+                                      addresses_[p], shape_tag(), 0, &shape_op.context);
       if (posted == -FI_EAGAIN) return static_cast<Op*>(nullptr);
       if (posted != 0) {
-        return Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": receiving from " +
-                                          name_of(peer) +
-                                          " failed: " + fi_strerror(static_cast<int>(-posted)));
+        return post_failure(false, peer, posted);
       }
       shape_posted_[p] = sequence_;
     }
@@ -665,20 +676,17 @@ Result<Op*> Endpoint::try_send(int peer, uint32_t index, const void* buffer, siz
   }
   ops_.pop_back();
   if (posted == -FI_EAGAIN) return static_cast<Op*>(nullptr);
-  return Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": sending to " + name_of(peer) +
-                                    " failed: " + fi_strerror(static_cast<int>(-posted)));
+  return post_failure(true, peer, posted);
 }
 
 Result<Op*> Endpoint::try_recv(int peer, uint32_t index, void* buffer, size_t bytes) {
   const size_t p = static_cast<size_t>(peer);
   if (travels_apart(bytes) && shape_sent_[p] != sequence_) {  // this call's first such from peer
     const ShapeMessage message{shape(), bytes, index, 0};
-    const ssize_t sent = fi_tinject(ep_, &message, sizeof(message), addresses_[p],
-                                    kShapeBit | (uint64_t{sequence_ & kSequenceMask} << 32));
+    const ssize_t sent = fi_tinject(ep_, &message, sizeof(message), addresses_[p], shape_tag());
     if (sent == -FI_EAGAIN) return static_cast<Op*>(nullptr);
     if (sent != 0) {
-      return Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": sending to " + name_of(peer) +
-                                        " failed: " + fi_strerror(static_cast<int>(-sent)));
+      return post_failure(true, peer, sent);
     }
     shape_sent_[p] = sequence_;
   }
@@ -694,8 +702,7 @@ Result<Op*> Endpoint::try_recv(int peer, uint32_t index, void* buffer, size_t by
   }
   ops_.pop_back();
   if (posted == -FI_EAGAIN) return static_cast<Op*>(nullptr);
-  return Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": receiving from " + name_of(peer) +
-                                    " failed: " + fi_strerror(static_cast<int>(-posted)));
+  return post_failure(false, peer, posted);
 }
 
 Result<Op*> Endpoint::post(bool is_send, int peer, uint32_t index, void* buffer, size_t bytes) {
@@ -796,8 +803,7 @@ Result<bool> Endpoint::progress() {
     return Status(HVD_ERR_REMOTE,
                   std::string("ofi ") + call_ + ": a message sent inline failed: " + detail);
   }
-  const std::string what = std::string("ofi ") + call_ + ": " +
-                           (op->is_send ? "sending to " : "receiving from ") + name_of(op->peer);
+  const std::string what = transfer(op->is_send, op->peer);
   if (err == FI_ETRUNC) {
     return Status(HVD_ERR_MISMATCH, what + ": it sent more than the " + std::to_string(op->bytes) +
                                         " bytes expected (the ranks disagree on the call, its "
@@ -844,9 +850,7 @@ Status Endpoint::post_deferred() {
         continue;
       }
       if (posted != -FI_EAGAIN) {
-        failure = Status(HVD_ERR_SYSTEM, std::string("ofi ") + call_ + ": sending to " +
-                                             name_of(op->peer) +
-                                             " failed: " + fi_strerror(static_cast<int>(-posted)));
+        failure = post_failure(true, op->peer, posted);
       }
     }
     deferred_[kept++] = send;

@@ -252,6 +252,10 @@ class Endpoint {
   static std::chrono::steady_clock::time_point coarse_now();
   void nap(std::chrono::steady_clock::duration idle) const;
   uint64_t tag(uint32_t index, size_t bytes) const;
+  uint64_t shape_tag() const;                          // this call's Shape messages'
+  std::string transfer(bool is_send, int peer) const;  // "ofi <call>: sending to rank 2"
+  // "... failed: <why>", where posting that transfer returned `code`.
+  Status post_failure(bool is_send, int peer, ssize_t code) const;
 
   int rank_ = 0;
   int size_ = 1;
