@@ -155,6 +155,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
   const size_t n = static_cast<size_t>(ctx.size);
   ep->heard_.assign(n, Notice{});
   ep->unsent_.assign(n, false);
+  ep->liveness_checked_.assign(n, false);
   ep->shape_sent_.assign(n, 0);
   ep->shape_posted_.assign(n, 0);
   ep->shape_matched_.assign(n, 0);
@@ -537,13 +538,18 @@ void Endpoint::send_notices(hvd_status code) {
   }
 }
 
-int Endpoint::gone_in_flight() const {
-  std::vector<bool> checked(static_cast<size_t>(size_), false);
+int Endpoint::gone_in_flight(int checked) {
+  std::fill(liveness_checked_.begin(), liveness_checked_.end(), false);
+  if (checked >= 0 && checked < size_) liveness_checked_[static_cast<size_t>(checked)] = true;
+  size_t in_flight = 0;
   for (const Op& op : ops_) {
-    if (op.done || op.peer < 0 || op.peer >= size_ || checked[static_cast<size_t>(op.peer)]) {
+    if (in_flight == pending_) break;  // the rest are done
+    if (op.done) continue;
+    ++in_flight;
+    if (op.peer < 0 || op.peer >= size_ || liveness_checked_[static_cast<size_t>(op.peer)]) {
       continue;
     }
-    checked[static_cast<size_t>(op.peer)] = true;
+    liveness_checked_[static_cast<size_t>(op.peer)] = true;
     if (gone(op.peer)) return op.peer;
   }
   return -1;
@@ -1056,30 +1062,28 @@ std::optional<std::string> Endpoint::origin_heard() const {
 }
 
 std::string Endpoint::verdict(int peer, Finding found) const {
-  if (gone(peer)) {
-    return "is gone (its process " + std::to_string(peer_pids_[static_cast<size_t>(peer)]) +
-           " exited or was killed)";
+  if (found == Finding::kGone || gone(peer)) {
+    const bool pid_known = peer >= 0 && static_cast<size_t>(peer) < peer_pids_.size();
+    return "is gone (its process " +
+           (pid_known ? std::to_string(peer_pids_[static_cast<size_t>(peer)]) + " " : "") +
+           "exited or was killed)";
   }
-  switch (found) {
-    case Finding::kUnreachable:
-      return "failed or is unreachable";
-    case Finding::kGone:
-      return "is gone (its process exited or was killed)";
-    case Finding::kSilent:
-      break;
-  }
-  return "stopped, died, or is in another call";
+  return found == Finding::kUnreachable ? "failed or is unreachable"
+                                        : "stopped, died, or is in another call";
 }
 
-const Endpoint::Notice* Endpoint::first_hand_report() const {
+const Endpoint::Notice* Endpoint::first_hand_report(int about) const {
+  const Notice* first = nullptr;
   for (const Notice& notice : heard_) {
-    if (notice.rank >= 0 && notice.found != Finding::kSilent && notice.waits_for >= 0 &&
-        notice.waits_for < size_ && notice.waits_for != rank_ &&
-        heard_[static_cast<size_t>(notice.waits_for)].rank < 0) {
-      return &notice;
+    if (notice.rank < 0 || notice.found == Finding::kSilent || notice.waits_for < 0 ||
+        notice.waits_for >= size_ || notice.waits_for == rank_ ||
+        heard_[static_cast<size_t>(notice.waits_for)].rank >= 0) {
+      continue;
     }
+    if (notice.waits_for == about) return &notice;
+    if (first == nullptr) first = &notice;
   }
-  return nullptr;
+  return first;
 }
 
 std::optional<std::string> Endpoint::chain_from(int start, Finding found, bool final,
@@ -1097,9 +1101,14 @@ std::optional<std::string> Endpoint::chain_from(int start, Finding found, bool f
     if (notice.rank < 0 && gone(at)) return chain + ": " + name_of(at) + " " + verdict(at, found);
     if (notice.rank < 0) {  // nothing heard from it
       if (!final) return std::nullopt;
+      // It may only be late. Another rank may have found it failed first hand; or else found
+      // another rank failed, which is then the better guess at where the failure began.
+      const Notice* report = found == Finding::kSilent ? first_hand_report(at) : nullptr;
+      if (report != nullptr && report->waits_for == at) {
+        found = report->found;
+        report = nullptr;
+      }
       chain += ": " + name_of(at) + " " + verdict(at, found);
-      // It may only be slow: a rank found failed first hand is more likely where the failure began.
-      const Notice* report = found == Finding::kSilent ? first_hand_report() : nullptr;
       if (report == nullptr) return chain;
       return chain + "; " + name_of(report->rank) + " waits for " + name_of(report->waits_for) +
              ": " + name_of(report->waits_for) + " " + verdict(report->waits_for, report->found);

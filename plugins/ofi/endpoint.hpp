@@ -47,6 +47,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "hvd/sdk/backend.hpp"
@@ -180,6 +181,14 @@ class Endpoint {
     kUnreachable = 1,  // a transfer with it failed
     kGone = 2,         // its process exited (shm)
   };
+  // A rank's notice that it gave up: who it is, its error, the rank it was waiting for (-1: none,
+  // it failed on its own), and what it found of that rank.
+  struct Notice {
+    int32_t rank = -1;
+    int32_t code = 0;
+    int32_t waits_for = -1;
+    Finding found = Finding::kSilent;
+  };
   Endpoint() = default;
   Status open_objects(const sdk::InitContext& ctx, const std::string& provider,
                       size_t message_bytes);
@@ -231,9 +240,10 @@ class Endpoint {
   Status timeout_failure(int peer);
   // On shm, where pids mean processes of this host (peer_pids_): the peer's process is gone.
   bool gone(int peer) const;
-  // A peer this call has a message in flight with (posted, or waiting for its Shape) whose
-  // process is gone; -1 where none.
-  int gone_in_flight() const;
+  // A peer other than `checked` this call has a message in flight with (posted, or waiting for
+  // its Shape) whose process is gone; -1 where none.
+  int gone_in_flight(int checked);
+  std::vector<bool> liveness_checked_;  // by rank: gone_in_flight()'s
   Status peer_died(int peer);
   // Tells the peers this rank gives up waiting for `waiting_for` (-1: none), listens for their
   // notices, and returns `what` with the rank to blame. `by_notice`: a peer's notice ended the
@@ -248,6 +258,9 @@ class Endpoint {
   // file); nullopt while the chain ends at a rank not heard from yet, unless `final`.
   std::optional<std::string> chain_from(int start, Finding found, bool final,
                                         std::string chain) const;
+  // A notice whose sender found the rank it waited for failed first hand, where that rank sent no
+  // notice of its own: the one about `about` if one came, else the first by rank; nullptr if none.
+  const Notice* first_hand_report(int about) const;
   static constexpr int kSpinPolls = 64;
   static std::chrono::steady_clock::time_point coarse_now();
   void nap(std::chrono::steady_clock::duration idle) const;
@@ -279,14 +292,6 @@ class Endpoint {
   static constexpr std::chrono::milliseconds kLivenessPeriod{10};
   std::chrono::steady_clock::time_point next_liveness_check_{};
 
-  // A rank's notice that it gave up: who it is, its error, the rank it was waiting for (-1: none,
-  // it failed on its own), and what it found of that rank.
-  struct Notice {
-    int32_t rank = -1;
-    int32_t code = 0;
-    int32_t waits_for = -1;
-    Finding found = Finding::kSilent;
-  };
   // What travels: the sender's notice and, where it had heard it, the notice of the rank it waits
   // for. A rank that gave up and exited before its own notice reached a peer it had no connection
   // to yet is thus still heard of by that peer, through the rank that waited for it, and not
@@ -295,15 +300,14 @@ class Endpoint {
     Notice sender;
     Notice relayed;  // rank -1: none
   };
+  static_assert(sizeof(NoticeMessage) == 32 && std::is_trivially_copyable_v<NoticeMessage>,
+                "a notice travels as these bytes");
   Op notice_op_;
   NoticeMessage notice_{};     // the posted receive's buffer
   std::vector<Notice> heard_;  // by rank: its notice (or one relayed), rank -1 where none came
   Notice first_heard_{};       // the first notice that came, which failed this rank's call
   NoticeMessage sent_{};       // this rank's own notice, once it gave up
-  // A notice whose sender found the rank it waited for failed first hand, a rank that sent no
-  // notice itself; nullptr where none came.
-  const Notice* first_hand_report() const;
-  std::vector<bool> unsent_;  // by rank: this rank's notice, for which the provider had no room
+  std::vector<bool> unsent_;   // by rank: this rank's notice, for which the provider had no room
 
   // Shapes (try_send). A Shape message: the sender's call, and its first receive from that peer.
   struct ShapeMessage {
@@ -395,11 +399,12 @@ Status Endpoint::wait_until(Done&& done, WaitingFor&& waiting_for) {
     if (now >= call_deadline_) return timeout_failure(waiting_for());
     if (!peer_pids_.empty() && now >= next_liveness_check_) {
       next_liveness_check_ = now + kLivenessPeriod;
-      // The rank waited for, then any other this call moves data with: one waited for later
-      // may be gone already, and the rank waited for itself waiting on this one.
+      // The rank waited for, then every other one this call moves data with: a rank this one
+      // waits for only later may be gone already, while the rank waited for may itself wait on
+      // this one, so that only the timeout would end the wait.
       const int peer = waiting_for();
       if (gone(peer)) return peer_died(peer);
-      if (const int lost = gone_in_flight(); lost >= 0) return peer_died(lost);
+      if (const int lost = gone_in_flight(peer); lost >= 0) return peer_died(lost);
     }
     nap(now - idle_since);
   }

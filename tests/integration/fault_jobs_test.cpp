@@ -246,12 +246,13 @@ TEST_P(OfiFaultJob, ADeadPeerIsNamedAtTheEndOfAChainOfWaits) {
   }
 }
 
-// The same death with rank 3 late by more than the timeout: rank 0 waits for rank 3, which says
-// nothing before rank 0 gives up, but rank 1 found rank 2 failed first hand (its sends to rank 2
-// failed, or, on shm, rank 2's process is gone while rank 1 waited for rank 0): rank 0's error
-// ends naming rank 2 all the same.
+// The same death with rank 3 late: rank 0 waits for rank 3, which says nothing before rank 0
+// gives up, but rank 1 found rank 2 failed first hand (its sends to rank 2 failed, or, on shm,
+// rank 2's process is gone while rank 1 waited for rank 0): rank 0's error ends naming rank 2 all
+// the same. Rank 3 comes after rank 0's timeout and listening (2.5 s) even if rank 1's notice
+// never reached rank 0.
 TEST_P(OfiFaultJob, ADeadPeerIsNamedThoughTheRankWaitedForIsLate) {
-  Job r = job_of(4, environment(), "--count 16777216 --die-rank 2 --late-rank 3=2500");
+  Job r = job_of(4, environment(), "--count 16777216 --die-rank 2 --late-rank 3=4000");
   expect_survivors_name(r, {0, 1}, ends_naming(2), false);
   const auto by_rank = reports(r.output);
   ASSERT_EQ(by_rank.count(3), 1u) << r.output;
