@@ -8,6 +8,7 @@
 #include <string>
 
 #include "hvd/reduce.h"
+#include "hvd/sdk/env.hpp"
 
 namespace hvd::ofi {
 namespace {
@@ -280,16 +281,13 @@ Result<size_t> size_from_env(const char* name, size_t fallback, size_t minimum,
                              size_t maximum = SIZE_MAX) {
   const std::string text = sdk::env_or(name, "");
   if (text.empty()) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0' || text[0] == '-' || errno == ERANGE || value < minimum ||
-      value > maximum) {
+  const std::optional<uint64_t> value = sdk::parse_whole(text, maximum);
+  if (!value || *value < minimum) {
     return Status(HVD_ERR_INVALID_ARGUMENT,
                   std::string("ofi: ") + name + "='" + text + "' is not a whole number from " +
                       std::to_string(minimum) + " to " + std::to_string(maximum));
   }
-  return static_cast<size_t>(value);
+  return static_cast<size_t>(*value);
 }
 
 }  // namespace

@@ -117,6 +117,20 @@ TEST(Agreement, AnUnknownBackendListsTheAvailableOnesOnEveryRank) {
   EXPECT_TRUE(has(messages[0], "Searched: ")) << messages[0];
 }
 
+// A chunk size init cannot take is an error naming the knob and what it takes, never a number
+// read loosely (a sign, a space, a base prefix, or one too large for 64 bits).
+TEST(Agreement, AChunkSizeThatIsNotAByteCountFailsInit) {
+  for (const char* bad : {"1k", "+65536", " 65536", "0x10000", "65535", "99999999999999999999"}) {
+    Job r = run(std::string("HVD_HIERARCHICAL_CHUNK_BYTES='") + bad + "' " + kHvdrun + " -np 1 " +
+                kProbe + " --exit-zero");
+    const auto messages = init_failures(r.output);
+    ASSERT_EQ(messages.size(), 1u) << bad << ": " << r.output;
+    EXPECT_TRUE(has(messages[0], std::string("HVD_HIERARCHICAL_CHUNK_BYTES='") + bad +
+                                     "' is not 0 or a byte count of at least 65536"))
+        << messages[0];
+  }
+}
+
 TEST(Failures, ADeadPeerIsAnErrorWellWithinTheTimeout) {
   // Rank 2 leaves right after init without a word; the others' allreduce must fail, not hang,
   // and finalizing the broken communicator must not wait out the 20 s timeout either.

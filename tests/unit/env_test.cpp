@@ -71,6 +71,11 @@ TEST(DiscoverWorld, RejectsMalformedValuesWithTheVariableName) {
   EXPECT_EQ(half.status().message(), "HVD_RANK is set but HVD_SIZE is not: set both");
   auto text = discover_world(fake_env({{"HVD_RANK", "one"}, {"HVD_SIZE", "2"}}));
   EXPECT_EQ(text.status().message(), "HVD_RANK='one' is not a non-negative integer");
+  for (const char* loose : {"+1", " 1", "1 ", "0x1", "99999999999999999999"}) {
+    auto world = discover_world(fake_env({{"HVD_RANK", "0"}, {"HVD_SIZE", loose}}));
+    EXPECT_EQ(world.status().message(),
+              std::string("HVD_SIZE='") + loose + "' is not a non-negative integer");
+  }
   auto outside = discover_world(fake_env({{"HVD_RANK", "3"}, {"HVD_SIZE", "3"}}));
   EXPECT_EQ(outside.status().message(), "HVD_RANK=3 is not a rank of HVD_SIZE=3");
   auto local = discover_world(fake_env(

@@ -68,6 +68,20 @@ class Complete {
 hvd::sdk::InitContext Complete::last_context{0, 1, 0, 1, {}, "", hvd::sdk::Host(nullptr)};
 int Complete::aborts = 0;
 
+// The core and the plugins read whole numbers from the environment with it: digits alone.
+TEST(SdkEnv, ParseWholeTakesDigitsAloneWithinTheMaximum) {
+  EXPECT_EQ(hvd::sdk::parse_whole("0"), 0u);
+  EXPECT_EQ(hvd::sdk::parse_whole("007"), 7u);
+  EXPECT_EQ(hvd::sdk::parse_whole("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(hvd::sdk::parse_whole("65535", 65535), 65535u);
+  for (const char* bad : {"", "+1", "-1", "-0", " 1", "1 ", "0x10", "1e3", "1.0", "1k",
+                          "18446744073709551616", "99999999999999999999"}) {
+    EXPECT_EQ(hvd::sdk::parse_whole(bad), std::nullopt) << "'" << bad << "'";
+  }
+  EXPECT_EQ(hvd::sdk::parse_whole("65536", 65535), std::nullopt);
+  EXPECT_EQ(hvd::sdk::parse_whole("1", 0), std::nullopt);
+}
+
 TEST(SdkBackend, AClassWithOnlyTheRequiredMembersDeclaresAllOf10AndNoOptionalEntry) {
   const hvd_backend_v1* t =
       hvd::sdk::backend_table<Minimal>("minimal", "1", "", HVD_CAP_HOST_MEMORY);

@@ -270,6 +270,12 @@ TEST(HostPort, Parses) {
   EXPECT_FALSE(parse_host_port("nohost").ok());
   EXPECT_FALSE(parse_host_port("h:99999").ok());
   EXPECT_FALSE(parse_host_port("h:").ok());
+  EXPECT_EQ(parse_host_port("h:65535")->port, 65535);
+  for (const char* loose :
+       {"h:+80", "h: 80", "h:80 ", "h:-0", "h:0x50", "h:18446744073709551696"}) {
+    EXPECT_EQ(parse_host_port(loose).status().message(),
+              std::string("'") + loose + "' has no valid port (0-65535)");
+  }
 }
 
 // ---- The wire protocol's decoder ------------------------------------------------------------

@@ -5,17 +5,17 @@
 #include <cstdlib>
 #include <vector>
 
+#include "hvd/sdk/env.hpp"
+
 namespace hvd::core {
 namespace {
 
 Result<int> parse_int(const std::string& name, const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || value < 0 || value > (1 << 30)) {
+  const std::optional<uint64_t> value = sdk::parse_whole(text, 1 << 30);
+  if (!value) {
     return error(HVD_ERR_INVALID_ARGUMENT, name + "='" + text + "' is not a non-negative integer");
   }
-  return static_cast<int>(value);
+  return static_cast<int>(*value);
 }
 
 // Slurm's SLURM_TASKS_PER_NODE, e.g. "2(x3),1": the task count of node `node`.

@@ -15,6 +15,8 @@
 #include <random>
 #include <thread>
 
+#include "hvd/sdk/env.hpp"
+
 namespace hvd::core {
 namespace {
 
@@ -110,12 +112,9 @@ Result<HostPort> parse_host_port(const std::string& text) {
     host = text.substr(0, colon);
     port = text.substr(colon + 1);
   }
-  char* end = nullptr;
-  const long value = std::strtol(port.c_str(), &end, 10);
-  if (port.empty() || *end != '\0' || value < 0 || value > 65535) {
-    return error(HVD_ERR_INVALID_ARGUMENT, "'" + text + "' has no valid port (0-65535)");
-  }
-  return HostPort{host, static_cast<uint16_t>(value)};
+  const std::optional<uint64_t> value = sdk::parse_whole(port, 65535);
+  if (!value) return error(HVD_ERR_INVALID_ARGUMENT, "'" + text + "' has no valid port (0-65535)");
+  return HostPort{host, static_cast<uint16_t>(*value)};
 }
 
 Result<Fd> listen_tcp(const HostPort& where, HostPort* bound) {

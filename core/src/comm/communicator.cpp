@@ -1,7 +1,6 @@
 #include "comm/communicator.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +15,7 @@
 #include "common/fnv.hpp"
 #include "common/log.hpp"
 #include "common/status_text.hpp"
+#include "hvd/sdk/env.hpp"
 
 namespace hvd::core {
 namespace {
@@ -100,11 +100,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   }
   uint64_t chunk_bytes = 2ull << 20;
   if (const auto chunk = knob(env, "HIERARCHICAL_CHUNK_BYTES")) {
-    char* end = nullptr;
-    chunk_bytes = std::strtoull(chunk->c_str(), &end, 10);
     constexpr uint64_t kMinChunk = 64 * 1024;  // below, per-chunk latency is all there is
-    if (chunk->empty() || !std::isdigit(static_cast<unsigned char>((*chunk)[0])) || *end != '\0' ||
-        (chunk_bytes != 0 && chunk_bytes < kMinChunk)) {
+    const std::optional<uint64_t> bytes = sdk::parse_whole(*chunk);
+    if (bytes) chunk_bytes = *bytes;
+    if (!bytes || (chunk_bytes != 0 && chunk_bytes < kMinChunk)) {
       return error(HVD_ERR_INVALID_ARGUMENT, "HVD_HIERARCHICAL_CHUNK_BYTES='" + *chunk +
                                                  "' is not 0 or a byte count of at least 65536");
     }

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "hvd/backend.h"
+#include "hvd/sdk/env.hpp"
 #include "hvd/sdk/result.hpp"
 
 namespace hvd::sdk {
@@ -126,12 +127,6 @@ struct InitContext {
     return c;
   }
 };
-
-// Read an environment variable, or `fallback` when it is unset or empty.
-inline std::string env_or(const char* name, const std::string& fallback) {
-  const char* value = std::getenv(name);
-  return (value != nullptr && *value != '\0') ? std::string(value) : fallback;
-}
 
 namespace detail {
 
