@@ -5,5 +5,6 @@
 #include "hvd/hvd.hpp"
 #include "hvd/reduce.h"
 #include "hvd/sdk/backend.hpp"
+#include "hvd/sdk/env.hpp"
 #include "hvd/sdk/result.hpp"
 #include "hvd/types.h"

@@ -60,6 +60,29 @@ TEST(DiscoverWorld, ReadsOpenMpiPmiAndSlurm) {
   EXPECT_EQ(slurm->source, "Slurm");
 }
 
+// Node 1 of SLURM_TASKS_PER_NODE=2(x3),1 runs 2 tasks; a list or node id Slurm would not write is
+// an error naming the variable, not a task count of 0.
+TEST(DiscoverWorld, ReadsSlurmsTasksPerNodeExactly) {
+  auto slurm = [](const char* node, const char* spec) {
+    return discover_world(fake_env({{"SLURM_PROCID", "2"},
+                                    {"SLURM_NTASKS", "7"},
+                                    {"SLURM_LOCALID", "0"},
+                                    {"SLURM_NODEID", node},
+                                    {"SLURM_TASKS_PER_NODE", spec}}));
+  };
+  ASSERT_TRUE(slurm("1", "2(x3),1").ok());
+  EXPECT_EQ(slurm("1", "2(x3),1")->local_size, 2);
+  EXPECT_EQ(slurm("1", "1,2,3")->local_size, 2);
+  for (const char* spec : {"two", "2(x3,1", "2(x)", "2(3),1", "(x3)", "-2"}) {
+    EXPECT_EQ(slurm("1", spec).status().message(),
+              std::string("SLURM_TASKS_PER_NODE='") + spec +
+                  "' is not a list of task counts like 2(x3),1")
+        << spec;
+  }
+  EXPECT_EQ(slurm("one", "2(x3),1").status().message(),
+            "SLURM_NODEID='one' is not a non-negative integer");
+}
+
 TEST(DiscoverWorld, AcceptsHorovodSpellings) {
   auto world = discover_world(fake_env({{"HOROVOD_RANK", "1"}, {"HOROVOD_SIZE", "2"}}));
   ASSERT_TRUE(world.ok());

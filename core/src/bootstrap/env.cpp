@@ -1,8 +1,8 @@
 #include "bootstrap/env.hpp"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "hvd/sdk/env.hpp"
@@ -18,23 +18,29 @@ Result<int> parse_int(const std::string& name, const std::string& text) {
   return static_cast<int>(*value);
 }
 
-// Slurm's SLURM_TASKS_PER_NODE, e.g. "2(x3),1": the task count of node `node`.
-std::optional<int> slurm_tasks_on_node(const std::string& spec, int node) {
-  int seen = 0;
-  size_t pos = 0;
-  while (pos < spec.size()) {
-    size_t next = spec.find(',', pos);
-    if (next == std::string::npos) next = spec.size();
-    const std::string group = spec.substr(pos, next - pos);
-    const int tasks = std::atoi(group.c_str());
-    int repeat = 1;
-    const size_t x = group.find("(x");
-    if (x != std::string::npos) repeat = std::atoi(group.c_str() + x + 2);
-    if (node < seen + repeat) return tasks;
-    seen += repeat;
-    pos = next + 1;
+// Slurm's SLURM_TASKS_PER_NODE, e.g. "2(x3),1": the task count of node `node`, nullopt where it
+// lists no such node.
+Result<std::optional<int>> slurm_tasks_on_node(const std::string& spec, int node) {
+  uint64_t seen = 0;
+  for (const std::string& group : split(spec, ',')) {
+    const std::string_view text(group);
+    const size_t x = text.find("(x");
+    const std::optional<uint64_t> tasks = sdk::parse_whole(text.substr(0, x), 1 << 30);
+    std::optional<uint64_t> repeat = 1;
+    if (x != std::string_view::npos) {
+      repeat = text.back() == ')'
+                   ? sdk::parse_whole(text.substr(x + 2, text.size() - x - 3), 1 << 30)
+                   : std::nullopt;
+    }
+    if (!tasks || !repeat) {
+      return error(HVD_ERR_INVALID_ARGUMENT,
+                   "SLURM_TASKS_PER_NODE='" + spec + "' is not a list of task counts like 2(x3),1");
+    }
+    if (static_cast<uint64_t>(node) < seen + *repeat)
+      return std::optional<int>(static_cast<int>(*tasks));
+    seen += *repeat;
   }
-  return std::nullopt;
+  return std::optional<int>();
 }
 
 struct Source {
@@ -113,8 +119,12 @@ Result<World> discover_world(const EnvLookup& env) {
         HVD_ASSIGN_OR_RETURN(world.local_size, parse_int(source.local_size, *text));
       }
     } else if (auto spec = env("SLURM_TASKS_PER_NODE")) {
-      const int node = env("SLURM_NODEID") ? std::atoi(env("SLURM_NODEID")->c_str()) : 0;
-      if (auto tasks = slurm_tasks_on_node(*spec, node)) world.local_size = *tasks;
+      int node = 0;
+      if (auto text = env("SLURM_NODEID")) {
+        HVD_ASSIGN_OR_RETURN(node, parse_int("SLURM_NODEID", *text));
+      }
+      HVD_ASSIGN_OR_RETURN(const std::optional<int> tasks, slurm_tasks_on_node(*spec, node));
+      if (tasks) world.local_size = *tasks;
     }
     if (world.local_size < 1 || world.local_rank >= world.local_size ||
         world.local_size > world.size) {
