@@ -5,8 +5,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include "bootstrap/env.hpp"
+#include "hvd/sdk/env.hpp"
 
 namespace hvd::bench {
 namespace {
@@ -66,35 +69,32 @@ Result<std::vector<T>> parse_names(const char* flag, const std::string& text,
   return out;
 }
 
-// "8", "64K", "32M", "1G" (binary multiples, as nccl-tests).
+// "8", "64K", "32M", "1G" (binary multiples, as nccl-tests), at most 2^64-1 bytes.
 Result<uint64_t> parse_bytes(const char* flag, const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
   uint64_t scale = 1;
-  if (end != nullptr && *end != '\0') {
-    switch (*end) {
-      case 'k':
-      case 'K':
-        scale = 1ull << 10;
-        break;
-      case 'm':
-      case 'M':
-        scale = 1ull << 20;
-        break;
-      case 'g':
-      case 'G':
-        scale = 1ull << 30;
-        break;
-      default:
-        scale = 0;
-    }
-    if (end[1] != '\0') scale = 0;
+  switch (text.empty() ? '\0' : text.back()) {
+    case 'k':
+    case 'K':
+      scale = 1ull << 10;
+      break;
+    case 'm':
+    case 'M':
+      scale = 1ull << 20;
+      break;
+    case 'g':
+    case 'G':
+      scale = 1ull << 30;
+      break;
+    default:
+      break;
   }
-  if (errno != 0 || end == text.c_str() || scale == 0 || text[0] == '-') {
-    return usage_error(std::string(flag) + ": '" + text + "' is not a size (8, 64K, 32M, 1G)");
+  const std::string_view digits(text.data(), text.size() - (scale == 1 ? 0 : 1));
+  const std::optional<uint64_t> value = sdk::parse_whole(digits, UINT64_MAX / scale);
+  if (!value) {
+    return usage_error(std::string(flag) + ": '" + text +
+                       "' is not a size (8, 64K, 32M, 1G) of at most 2^64-1 bytes");
   }
-  return static_cast<uint64_t>(value) * scale;
+  return *value * scale;
 }
 
 Result<long> parse_int(const char* flag, const std::string& text, long min, long max) {

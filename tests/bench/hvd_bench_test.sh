@@ -14,6 +14,13 @@ command -v jq >/dev/null || fail "jq is missing (scripts/install-deps.sh install
 
 short=(-b 0 -e 64K -f 8 -n 2 -w 1 -C all -d float,int8,half -o sum,max)
 
+echo "== sizes it cannot take are a usage error, never a size read loosely"
+for bad in 16Q -8 +8 " 8" 8KK 0x10 20000000000G 18446744073709551616; do
+  status=0
+  "$bench" -b "$bad" -e 8 >/dev/null 2>"$work/size.txt" || status=$?
+  [[ $status == 2 ]] && grep -qF -- "-b: '$bad' is not a size (8, 64K, 32M, 1G) of at most 2^64-1 bytes"     "$work/size.txt" || fail "-b '$bad': exit $status, $(cat "$work/size.txt")"
+done
+
 echo "== 3 ranks, every collective, with the baseline"
 "$hvdrun" -np 3 --timeout 120 -- "$bench" --backend gloo --baseline "${short[@]}" -J "$work/gloo.json" \
   | tee "$work/gloo.txt"
