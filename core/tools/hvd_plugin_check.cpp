@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "hvd/backend.h"
+#include "hvd/sdk/env.hpp"
 #include "loader/plugin_loader.hpp"
 #include "plugin_probe.hpp"
 
@@ -73,10 +74,9 @@ struct Options {
 }
 
 std::optional<int> positive(const std::string& text) {
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || v < 1 || v > 1024) return std::nullopt;
-  return static_cast<int>(v);
+  const std::optional<uint64_t> v = hvd::sdk::parse_whole(text, 1024);
+  if (!v || *v < 1) return std::nullopt;
+  return static_cast<int>(*v);
 }
 
 Options parse(int argc, char** argv) {
@@ -105,10 +105,8 @@ Options parse(int argc, char** argv) {
       o.timeout_s = *t;
     } else if (arg == "--max-count") {
       o.max_count = value();
-      if (o.max_count.empty() || o.max_count.size() > 12 ||
-          o.max_count.find_first_not_of("0123456789") != std::string::npos ||
-          std::strtoull(o.max_count.c_str(), nullptr, 10) == 0)
-        usage("--max-count takes an element count of at least 1");
+      const std::optional<uint64_t> count = hvd::sdk::parse_whole(o.max_count, 999999999999);
+      if (!count || *count == 0) usage("--max-count takes an element count of at least 1");
     } else if (arg == "--filter") {
       o.filter = value();
     } else if (!arg.empty() && arg[0] == '-') {

@@ -527,9 +527,17 @@ TEST(PluginCheck, BadUsageSaysWhatIsWrong) {
   r = run(kPluginCheck + " /nonexistent/libhvd-backend-x.so 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(has(r.output, "/nonexistent/libhvd-backend-x.so: no such file")) << r.output;
-  r = run(kPluginCheck + " x.so -np 0 2>&1");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(has(r.output, "-np takes rank counts")) << r.output;
+  for (const char* counts : {"0", "+2", "1,1025", "0x2"}) {
+    r = run(kPluginCheck + " x.so -np " + counts + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(has(r.output, "-np takes rank counts")) << counts << ": " << r.output;
+  }
+  for (const char* count : {"0", "-1", "1000000000000", "1e3"}) {
+    r = run(kPluginCheck + " x.so --max-count " + count + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(has(r.output, "--max-count takes an element count of at least 1"))
+        << count << ": " << r.output;
+  }
 }
 
 // The naming rule where names are looked up: HVD_BACKEND=<name> refuses a file whose table says
