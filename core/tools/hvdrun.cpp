@@ -32,6 +32,7 @@
 #include "bootstrap/env.hpp"
 #include "bootstrap/host.hpp"
 #include "bootstrap/store.hpp"
+#include "hvd/sdk/env.hpp"
 
 extern char** environ;
 
@@ -103,13 +104,12 @@ bool parse(int argc, char** argv, Options* o) {
       std::exit(0);
     } else if (arg == "-np" || arg == "-n" || arg == "--np") {
       if (!(v = value(argv[i]))) return false;
-      char* end = nullptr;
-      const long n = std::strtol(v, &end, 10);
-      if (*end != '\0' || n < 1 || n > 4096) {
+      const std::optional<uint64_t> n = hvd::sdk::parse_whole(v, 4096);
+      if (!n || *n < 1) {
         std::fprintf(stderr, "hvdrun: -np '%s' is not a number of ranks (1-4096)\n", v);
         return false;
       }
-      o->np = static_cast<int>(n);
+      o->np = static_cast<int>(*n);
     } else if (arg == "-H" || arg == "--hosts" || arg == "-host" || arg == "--host") {
       if (!(v = value("-H"))) return false;
       o->hosts = v;

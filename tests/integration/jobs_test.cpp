@@ -92,6 +92,13 @@ TEST(Hvdrun, ExplainsBadUsage) {
   r = run(kHvdrun + " -np 2 /nonexistent/program");
   EXPECT_EQ(r.exit_code, 127) << r.output;
   EXPECT_TRUE(has(r.output, "cannot run '/nonexistent/program'")) << r.output;
+  for (const char* np : {"0", "+2", "2x", "4097", "0x2"}) {
+    r = run(kHvdrun + " -np " + np + " " + kProbe);
+    EXPECT_EQ(r.exit_code, 2) << np << ": " << r.output;
+    EXPECT_TRUE(
+        has(r.output, std::string("hvdrun: -np '") + np + "' is not a number of ranks (1-4096)"))
+        << r.output;
+  }
 }
 
 TEST(Agreement, RanksWithDifferentBackendsAllFailWithTheSameMessage) {
