@@ -131,5 +131,17 @@ TEST(Timeout, ParsesSecondsAndRejectsNonsense) {
             "HVD_TIMEOUT='1e9' is not a number of seconds above 0 and at most 10000000 (115 days)");
 }
 
+// An error names the variable the user set: Horovod's spelling where only that is set.
+TEST(Knob, AnErrorNamesTheSpellingThatWasSet) {
+  EXPECT_EQ(
+      timeout_from_env(fake_env({{"HOROVOD_TIMEOUT", "0"}})).status().message(),
+      "HOROVOD_TIMEOUT='0' is not a number of seconds above 0 and at most 10000000 (115 days)");
+  EXPECT_EQ(knob_name(fake_env({{"HOROVOD_CYCLE_TIME", "x"}}), "CYCLE_TIME"), "HOROVOD_CYCLE_TIME");
+  EXPECT_EQ(
+      knob_name(fake_env({{"HVD_CYCLE_TIME", "x"}, {"HOROVOD_CYCLE_TIME", "1"}}), "CYCLE_TIME"),
+      "HVD_CYCLE_TIME");
+  EXPECT_EQ(knob_name(fake_env({}), "CYCLE_TIME"), "HVD_CYCLE_TIME");
+}
+
 }  // namespace
 }  // namespace hvd::core

@@ -707,7 +707,8 @@ hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm) {
     const hvd::core::EnvLookup env = hvd::core::process_env();
     const std::string check = hvd::core::knob(env, "CHECK_ARGS").value_or("0");
     if (check != "0" && check != "1") {
-      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "HVD_CHECK_ARGS='" + check + "' is not 0 or 1");
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT,
+                        hvd::core::knob_name(env, "CHECK_ARGS") + "='" + check + "' is not 0 or 1");
     }
     HVD_ASSIGN_OR_RETURN(auto impl, Communicator::create(opts, env));
     auto state = std::make_shared<CommState>();

@@ -79,6 +79,10 @@ std::optional<std::string> knob(const EnvLookup& env, const std::string& name) {
   return env("HOROVOD_" + name);
 }
 
+std::string knob_name(const EnvLookup& env, const std::string& name) {
+  return !env("HVD_" + name) && env("HOROVOD_" + name) ? "HOROVOD_" + name : "HVD_" + name;
+}
+
 Result<World> discover_world(const EnvLookup& env) {
   const Source sources[] = {
       {"HVD_* variables", false, "HVD_RANK", "HVD_SIZE", "HVD_LOCAL_RANK", "HVD_LOCAL_SIZE"},
@@ -146,7 +150,7 @@ Result<std::chrono::milliseconds> timeout_from_env(const EnvLookup& env) {
   const double seconds = std::strtod(text->c_str(), &end);
   if (*end != '\0' || !(seconds > 0) || !std::isfinite(seconds) || seconds > 1e7) {
     return error(HVD_ERR_INVALID_ARGUMENT,
-                 "HVD_TIMEOUT='" + *text +
+                 knob_name(env, "TIMEOUT") + "='" + *text +
                      "' is not a number of seconds above 0 and at most 10000000 (115 days)");
   }
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));

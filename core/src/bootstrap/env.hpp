@@ -21,6 +21,8 @@ std::vector<std::string> split(const std::string& text, char separator);
 
 // An hvd knob: HVD_<name>, else Horovod's spelling HOROVOD_<name>. hvd's name wins.
 std::optional<std::string> knob(const EnvLookup& env, const std::string& name);
+// The variable knob() read, for its errors: HOROVOD_<name> where only that is set, else HVD_<name>.
+std::string knob_name(const EnvLookup& env, const std::string& name);
 
 // Where this process sits in the job, and which launcher said so.
 struct World {

@@ -95,8 +95,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   // Hierarchical allreduce makes communicators every rank must make alike: part of the choice.
   const std::string hierarchical = knob(env, "HIERARCHICAL_ALLREDUCE").value_or("0");
   if (hierarchical != "0" && hierarchical != "1") {
-    return error(HVD_ERR_INVALID_ARGUMENT,
-                 "HVD_HIERARCHICAL_ALLREDUCE='" + hierarchical + "' is not 0 or 1");
+    return error(HVD_ERR_INVALID_ARGUMENT, knob_name(env, "HIERARCHICAL_ALLREDUCE") + "='" +
+                                               hierarchical + "' is not 0 or 1");
   }
   uint64_t chunk_bytes = 2ull << 20;
   if (const auto chunk = knob(env, "HIERARCHICAL_CHUNK_BYTES")) {
@@ -104,7 +104,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
     const std::optional<uint64_t> bytes = sdk::parse_whole(*chunk);
     if (bytes) chunk_bytes = *bytes;
     if (!bytes || (chunk_bytes != 0 && chunk_bytes < kMinChunk)) {
-      return error(HVD_ERR_INVALID_ARGUMENT, "HVD_HIERARCHICAL_CHUNK_BYTES='" + *chunk +
+      return error(HVD_ERR_INVALID_ARGUMENT, knob_name(env, "HIERARCHICAL_CHUNK_BYTES") + "='" +
+                                                 *chunk +
                                                  "' is not 0 or a byte count of at least 65536");
     }
   }

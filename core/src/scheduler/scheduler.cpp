@@ -81,7 +81,7 @@ Result<double> number_knob(const EnvLookup& env, const std::string& name, double
   char* end = nullptr;
   const double value = std::strtod(text->c_str(), &end);
   if (end == text->c_str() || *end != '\0' || !std::isfinite(value) || value < min) {
-    return error(HVD_ERR_INVALID_ARGUMENT, "HVD_" + name + "='" + *text +
+    return error(HVD_ERR_INVALID_ARGUMENT, knob_name(env, name) + "='" + *text +
                                                "' is not a number of at least " +
                                                std::to_string(static_cast<int64_t>(min)));
   }
@@ -108,7 +108,8 @@ Result<SchedulerOptions> SchedulerOptions::from_env(const EnvLookup& env) {
   if (knob(env, "STALL_CHECK_DISABLE").value_or("0") == "1") o.stall_check = {};
   const std::string executor = knob(env, "DEVICE_EXECUTOR").value_or("1");
   if (executor != "0" && executor != "1") {
-    return error(HVD_ERR_INVALID_ARGUMENT, "HVD_DEVICE_EXECUTOR='" + executor + "' is not 0 or 1");
+    return error(HVD_ERR_INVALID_ARGUMENT,
+                 knob_name(env, "DEVICE_EXECUTOR") + "='" + executor + "' is not 0 or 1");
   }
   o.device_executor = executor == "1";
   return o;
