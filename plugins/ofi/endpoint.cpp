@@ -205,18 +205,38 @@ Status Endpoint::open_objects(const sdk::InitContext& ctx, const std::string& pr
   const bool bind_address = provider != "shm" && !ctx.local_address.empty();
   // libfabric's providers start here, libinfinipath's catching the process's signals again.
   const sdk::SignalDispositions signals;
-  const int found = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),
-                               bind_address ? ctx.local_address.c_str() : nullptr, nullptr,
-                               bind_address ? FI_SOURCE : 0, hints, &info_);
+  auto get_info = [&](fi_info** out) {
+    return fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),
+                      bind_address ? ctx.local_address.c_str() : nullptr, nullptr,
+                      bind_address ? FI_SOURCE : 0, hints, out);
+  };
+  const int found = get_info(&info_);
+  std::vector<std::string> offered;  // where none is `provider`: those that meet the same hints
+  if (found != 0) {
+    std::free(hints->fabric_attr->prov_name);
+    hints->fabric_attr->prov_name = nullptr;
+    fi_info* all = nullptr;
+    if (get_info(&all) == 0) {
+      for (const fi_info* info = all; info != nullptr; info = info->next) {
+        const std::string name = info->fabric_attr->prov_name;
+        if (std::find(offered.begin(), offered.end(), name) == offered.end()) {
+          offered.push_back(name);
+        }
+      }
+      fi_freeinfo(all);
+    }
+  }
   (void)signals.restore_changed();
   fi_freeinfo(hints);
   if (found != 0) {
-    return Status(HVD_ERR_UNSUPPORTED,
-                  "ofi: libfabric has no provider '" + provider +
-                      "' with reliable tagged messages" +
-                      (bind_address ? " on " + ctx.local_address : std::string()) + " (" +
-                      fi_strerror(-found) +
-                      "); HVD_OFI_PROVIDER chooses one of those `fi_info -t FI_EP_RDM` lists");
+    std::string names;
+    for (const std::string& name : offered) names += (names.empty() ? "" : ", ") + name;
+    return Status(
+        HVD_ERR_UNSUPPORTED,
+        "ofi: libfabric has no provider '" + provider + "' with reliable tagged messages" +
+            (bind_address ? " on " + ctx.local_address : std::string()) + " (" +
+            fi_strerror(-found) +
+            "); HVD_OFI_PROVIDER takes one of those it has: " + (names.empty() ? "none" : names));
   }
   const bool rxm = std::string(info_->fabric_attr->prov_name).find("ofi_rxm") != std::string::npos;
   std::string limits;
