@@ -71,10 +71,13 @@ std::shared_ptr<CommState> state_of(const hvd_comm* comm) {
   return comms().find(reinterpret_cast<uintptr_t>(comm));
 }
 
-// The calling thread's last error. The success path only reads a flag with the cheapest TLS
-// model, not the string (whose thread_local needs an init guard): bench/micro times every call.
+// The calling thread's last error. The success path only reads a flag, not the string (whose
+// thread_local needs an init guard): bench/micro times every call. Not initial-exec: libhvd
+// must load with dlopen (Python's extension does), and its TLS block (4 KiB of the static CUDA
+// runtime's among it) does not fit the static TLS glibc keeps for that; TLS descriptors
+// (core/CMakeLists.txt) make the access as cheap where libhvd was loaded at start.
 thread_local std::string t_last_error;
-__attribute__((tls_model("initial-exec"))) thread_local bool t_has_last_error = false;
+thread_local bool t_has_last_error = false;
 
 hvd_status finish(const hvd::Status& status) {
   if (status.ok()) {

@@ -13,14 +13,13 @@ namespace hvd::core {
 namespace {
 
 // What a plugin and the host services reported during this thread's current backend call. A
-// call that reports nothing touches only the flag (the cheapest TLS, no init guard): bench/micro
-// times every call.
+// call that reports nothing touches only the flag (no init guard): bench/micro times every call.
 struct CallErrors {
   std::string plugin;
   std::string service;
 };
 thread_local CallErrors t_call_errors;
-__attribute__((tls_model("initial-exec"))) thread_local bool t_call_errors_set = false;
+thread_local bool t_call_errors_set = false;
 
 }  // namespace
 
