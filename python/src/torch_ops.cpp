@@ -249,6 +249,18 @@ class Runtime {
     if (!s.ok()) fail(s);
   }
 
+  // Horovod's join: this rank serves the others' allreduces with zeros until every rank has
+  // joined; returns the rank that joined last.
+  int join() {
+    hvd::Result<hvd::Request> request = world().join_async();
+    if (!request.ok()) fail(request.status());
+    const hvd::Status s = wait_interruptibly(*request);
+    if (!s.ok()) fail(s);
+    hvd::Result<int> last = request->last_joined();
+    if (!last.ok()) fail(last.status());
+    return *last;
+  }
+
   // Submits one operation over `tensors` (a group when more than one) and returns its handle.
   int64_t submit(Kind kind, const std::vector<at::Tensor>& tensors,
                  const std::vector<std::optional<at::Tensor>>& outputs, const std::string& name,
@@ -554,6 +566,7 @@ PYBIND11_MODULE(_ops, m) {
   });
   m.def("remove_process_set", [](int set_id) { runtime().remove_process_set(set_id); });
   m.def("barrier", [](int set_id) { runtime().barrier(set_id); });
+  m.def("join", [] { return runtime().join(); });
   m.def("submit",
         [](Kind kind, const std::vector<at::Tensor>& tensors,
            const std::vector<std::optional<at::Tensor>>& outputs, const std::string& name, int op,

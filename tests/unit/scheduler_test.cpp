@@ -1496,3 +1496,97 @@ TEST(Scheduler, GroupedOnOneRankAndAloneOnAnotherIsAMismatchOnEveryRank) {
 }
 
 }  // namespace
+
+// ---- join ----------------------------------------------------------------------------------
+
+Submission broadcast_of(const std::string& name, const void* send, void* recv, int64_t count,
+                        int root) {
+  Submission s = allreduce(name, send, recv, HVD_INT64, {count});
+  s.spec.type = OpType::kBroadcast;
+  s.spec.root = root;
+  return s;
+}
+
+// Rank `first` joins at once; the others reduce two tensors (first negotiated in full, then
+// again from the cache), then join. The joined rank's zeros count in the average's divisor.
+TEST(Scheduler, AJoinedRankServesTheOthersAllreducesWithZerosUntilEveryRankJoins) {
+  for (int size : {1, 2, 3, 4}) {
+    Job job(size, fast_options());
+    for (int first = 0; first < size; ++first) {
+      std::vector<int> last(static_cast<size_t>(size), -2);
+      job.each([&](int rank) {
+        Scheduler& s = job.at(rank);
+        if (rank != first) {
+          for (int round = 0; round < 2; ++round) {  // the second from the cache
+            std::vector<float> a(7), a_out(7);
+            std::vector<int32_t> b(5), b_out(5);
+            for (size_t i = 0; i < a.size(); ++i) a[i] = float(rank + 1) * float(i + 1);
+            for (size_t i = 0; i < b.size(); ++i) b[i] = (rank + 1) * int32_t(i + 3);
+            auto ca = s.submit(allreduce("a", a.data(), a_out.data(), HVD_FLOAT32, {7}));
+            auto cb = s.submit(
+                allreduce("b", b.data(), b_out.data(), HVD_INT32, {5}, HVD_AVERAGE));
+            ASSERT_TRUE(ca.ok() && cb.ok());
+            ASSERT_TRUE((*ca)->wait(kWait).ok());
+            ASSERT_TRUE((*cb)->wait(kWait).ok());
+            int ranks_sum = 0;  // of rank + 1 over the ranks that submitted
+            for (int r = 0; r < size; ++r) ranks_sum += r == first ? 0 : r + 1;
+            for (size_t i = 0; i < a.size(); ++i) {
+              EXPECT_EQ(a_out[i], float(ranks_sum) * float(i + 1)) << "size " << size;
+            }
+            for (size_t i = 0; i < b.size(); ++i) {
+              EXPECT_EQ(b_out[i], ranks_sum * int32_t(i + 3) / size) << "size " << size;
+            }
+          }
+        }
+        auto joined = s.join();
+        ASSERT_TRUE(joined.ok()) << joined.status().to_string();
+        ASSERT_TRUE((*joined)->wait(kWait).ok());
+        ASSERT_TRUE((*joined)->last_joined(&last[static_cast<size_t>(rank)]).ok());
+      });
+      for (int r = 0; r < size; ++r) {
+        EXPECT_EQ(last[static_cast<size_t>(r)], last[0]) << "every rank learns the same rank";
+      }
+      EXPECT_GE(last[0], 0);
+      if (size > 1) {
+        EXPECT_NE(last[0], first) << "the first to join is not the last";
+      }
+    }
+  }
+}
+
+// Only host-memory allreduces go on with zeros: an allgather negotiated in full and a broadcast
+// answered from the cache fail on every rank that submitted them, with one message.
+TEST(Scheduler, OtherCollectivesFailOnEveryRankWhileARankHasJoined) {
+  Job job(3, fast_options());
+  std::vector<int64_t> in(4, 9);
+  job.each([&](int rank) {  // "bc" enters the cache
+    std::vector<int64_t> out(4);
+    EXPECT_TRUE(submit_and_wait(job.at(rank), broadcast_of("bc", in.data(), out.data(), 4, 1)).ok());
+  });
+  std::vector<std::string> messages(3);
+  job.each([&](int rank) {
+    Scheduler& s = job.at(rank);
+    if (rank == 0) {
+      auto joined = s.join();
+      ASSERT_TRUE(joined.ok());
+      EXPECT_TRUE((*joined)->wait(kWait).ok());
+      return;
+    }
+    std::vector<int64_t> out(12);
+    Submission gather = allreduce("g", in.data(), out.data(), HVD_INT64, {4});
+    gather.spec.type = OpType::kAllgather;
+    const Status g = submit_and_wait(s, std::move(gather));
+    EXPECT_EQ(g.code(), HVD_ERR_UNSUPPORTED) << g.to_string();
+    const Status b = submit_and_wait(s, broadcast_of("bc", in.data(), out.data(), 4, 1));
+    EXPECT_EQ(b.code(), HVD_ERR_UNSUPPORTED) << b.to_string();
+    messages[static_cast<size_t>(rank)] = g.message() + " | " + b.message();
+    auto joined = s.join();
+    ASSERT_TRUE(joined.ok());
+    EXPECT_TRUE((*joined)->wait(kWait).ok());
+  });
+  EXPECT_EQ(messages[1], messages[2]);
+  EXPECT_NE(messages[1].find("ALLGATHER 'g' cannot run while rank(s) 0 have joined"),
+            std::string::npos)
+      << messages[1];
+  EXPECT_NE(messages[1].find("BROADCAST 'bc' cannot run"), std::string::npos) << messages[1];
+}

@@ -282,6 +282,15 @@ HVD_API hvd_status hvd_request_output(hvd_request* request, void** data, int64_t
 /* An alltoall, once it succeeded: splits[s] = the rows received from rank s, s < the size of its
  * communicator; `count` is the entries splits holds (HVD_ERR_INVALID_ARGUMENT if fewer). */
 HVD_API hvd_status hvd_request_received_splits(hvd_request* request, int64_t* splits, int count);
+/* Horovod's join, for ranks whose data ran out before the others': this rank submits nothing
+ * more on the communicator, and until every rank has joined it takes part with zeros in the
+ * allreduces the others submit (host memory; an average still divides by the communicator's
+ * size). Any other collective, or an allreduce of CUDA memory, submitted while a rank has joined
+ * fails on every rank with HVD_ERR_UNSUPPORTED. The request completes once every rank has
+ * joined; then hvd_request_last_joined gives the rank that joined last, the same on every rank.
+ * As any asynchronous call, it starts the scheduler. */
+HVD_API hvd_status hvd_join_async(hvd_comm* comm, hvd_request** request);
+HVD_API hvd_status hvd_request_last_joined(hvd_request* request, int* rank);
 /* Releases the handle (the operation itself goes on). NULL is ignored. */
 HVD_API void hvd_request_free(hvd_request* request);
 

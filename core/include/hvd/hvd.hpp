@@ -93,6 +93,13 @@ class Request {
     if (code != HVD_SUCCESS) return Status(code, hvd_last_error());
     return out;
   }
+  // A join (Comm::join_async), once it succeeded: the rank that joined last.
+  Result<int> last_joined() const {
+    int rank = -1;
+    const hvd_status code = hvd_request_last_joined(request_, &rank);
+    if (code != HVD_SUCCESS) return Status(code, hvd_last_error());
+    return rank;
+  }
   // An alltoall, once it succeeded: the rows received from each rank (`size` of its comm).
   Result<std::vector<int64_t>> received_splits(int size) const {
     std::vector<int64_t> splits(static_cast<size_t>(size > 0 ? size : 0));
@@ -265,6 +272,14 @@ class Comm {
     Status s = check(hvd_alltoall_async(comm_, name.c_str(), send, recv, dtype,
                                         static_cast<int32_t>(shape.size()), shape.data(),
                                         splits.empty() ? nullptr : splits.data(), placement, &r));
+    if (!s.ok()) return s;
+    return Request(r);
+  }
+  // Horovod's join (hvd_join_async): this rank submits nothing more; it serves the others'
+  // allreduces with zeros until every rank has joined.
+  Result<Request> join_async() {
+    hvd_request* r = nullptr;
+    Status s = check(hvd_join_async(comm_, &r));
     if (!s.ok()) return s;
     return Request(r);
   }

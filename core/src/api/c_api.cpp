@@ -1029,6 +1029,29 @@ hvd_status hvd_request_output(hvd_request* request, void** data, int64_t* first_
   });
 }
 
+hvd_status hvd_join_async(hvd_comm* comm, hvd_request** request) {
+  return guarded([&] {
+    HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
+    HVD_RETURN_IF_ERROR(usable(*c));
+    if (request == nullptr) return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request is NULL");
+    HVD_ASSIGN_OR_RETURN(const auto scheduler, scheduler_of(*c));
+    HVD_ASSIGN_OR_RETURN(auto completion, scheduler->join());
+    *request = request_of(std::move(completion));
+    return hvd::Status::success();
+  });
+}
+
+hvd_status hvd_request_last_joined(hvd_request* request, int* rank) {
+  return guarded([&] {
+    if (request == nullptr || rank == nullptr) {
+      return hvd::error(HVD_ERR_INVALID_ARGUMENT, "request or rank is NULL");
+    }
+    const auto completion = completion_of(request);
+    if (!completion) return unknown_request();
+    return completion->last_joined(rank);
+  });
+}
+
 hvd_status hvd_request_received_splits(hvd_request* request, int64_t* splits, int count) {
   return guarded([&] {
     if (request == nullptr || splits == nullptr) {

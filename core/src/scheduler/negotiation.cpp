@@ -87,6 +87,8 @@ const char* op_type_name(OpType type) {
       return "REDUCESCATTER";
     case OpType::kAlltoall:
       return "ALLTOALL";
+    case OpType::kJoin:
+      return "JOIN";
   }
   return "?";
 }
@@ -182,7 +184,7 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
 }
 
 Negotiator::Negotiator(int rank, int size, size_t cache_capacity)
-    : rank_(rank), size_(size), capacity_(cache_capacity) {}
+    : rank_(rank), size_(size), capacity_(cache_capacity), joined_(static_cast<size_t>(size), 0) {}
 
 std::optional<uint32_t> Negotiator::cached_bit(const std::string& name,
                                                const TensorSpec& spec) const {
@@ -277,27 +279,77 @@ std::optional<Response> Negotiator::add(int rank, const Request& request, Clock:
                     request.error;
     partial.error_code = request.error_code;
   }
-  if (++partial.count < size_) return std::nullopt;
+  ++partial.count;
+  if (!complete(partial)) return std::nullopt;
+  Response response = respond(request.name, partial);
+  table_.erase(it);
+  return response;
+}
 
-  Response response{request.name, *partial.by_rank[static_cast<size_t>(rank_)], "", {}};
+bool Negotiator::complete(const Partial& partial) const {
+  if (partial.count == size_) return true;
+  for (int r = 0; r < size_; ++r) {
+    if (!partial.by_rank[static_cast<size_t>(r)] && !joined(r)) return false;
+  }
+  return true;
+}
+
+std::string Negotiator::stand_in_refusal(const std::string& name, const TensorSpec& spec) const {
+  if (spec.type == OpType::kJoin) return {};
+  std::string ranks;
+  for (int r = 0; r < size_; ++r) {
+    if (joined(r)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (ranks.empty() || (spec.type == OpType::kAllreduce && spec.memory == HVD_MEMORY_HOST))
+    return {};
+  return std::string(op_type_name(spec.type)) + " '" + name +
+         "' cannot run while rank(s) " + ranks +
+         " have joined (hvd_join_async): joined ranks take part in host-memory allreduces only";
+}
+
+Response Negotiator::respond(const std::string& name, Partial& partial) const {
+  // This rank's spec, or where it has joined, the first rank's that submitted the tensor.
+  int first = 0;
+  while (!partial.by_rank[static_cast<size_t>(first)]) ++first;
+  const bool mine = partial.by_rank[static_cast<size_t>(rank_)].has_value();
+  Response response{name, *partial.by_rank[static_cast<size_t>(mine ? rank_ : first)], "", {}};
+  response.stand_in = !mine;
   if (!partial.error.empty()) {
     response.error = std::move(partial.error);
     response.error_code = partial.error_code;
-    table_.erase(it);
     return response;
   }
-  for (int r = 1; r < size_ && response.error.empty(); ++r) {
-    response.error = mismatch(request.name, *partial.by_rank[0], *partial.by_rank[r]);
+  const TensorSpec& reference = *partial.by_rank[static_cast<size_t>(first)];
+  for (int r = first + 1; r < size_ && response.error.empty(); ++r) {
+    if (partial.by_rank[static_cast<size_t>(r)]) {
+      response.error = mismatch(name, reference, *partial.by_rank[static_cast<size_t>(r)]);
+    }
+  }
+  if (response.error.empty() && partial.count < size_) {
+    response.error = stand_in_refusal(name, reference);
+    if (!response.error.empty()) response.error_code = HVD_ERR_UNSUPPORTED;
   }
   if (response.error.empty() && response.spec.type == OpType::kAllgather) {
-    response.error = first_dims_of(request.name, partial.by_rank, &response.first_dims);
+    response.error = first_dims_of(name, partial.by_rank, &response.first_dims);
   }
   if (response.error.empty() && response.spec.type == OpType::kAlltoall) {
-    response.error = splits_of(request.name, partial.by_rank, &response.first_dims);
+    response.error = splits_of(name, partial.by_rank, &response.first_dims);
     if (!response.error.empty()) response.error_code = HVD_ERR_INVALID_ARGUMENT;
   }
-  table_.erase(it);
   return response;
+}
+
+void Negotiator::complete_joined(std::vector<Response>* out) {
+  for (auto it = table_.begin(); it != table_.end();) {
+    if (!complete(it->second)) {
+      ++it;
+      continue;
+    }
+    Response response = respond(it->first, it->second);
+    if (response.error.empty()) cache_insert(response);
+    out->push_back(std::move(response));
+    it = table_.erase(it);
+  }
 }
 
 std::string Negotiator::first_dims_of(const std::string& name,
@@ -411,6 +463,22 @@ Negotiator::Ready Negotiator::cycle(const std::vector<uint8_t>& bits_ready,
   }
   for (size_t rank = 0; rank < requests.size(); ++rank) {
     for (const Request& request : requests[rank]) {
+      if (request.spec.type == OpType::kJoin) {
+        // From now on the rank counts as present for every tensor (with zeros), until every
+        // rank has joined; what waited only for it is ready now.
+        joined_[rank] = 1;
+        last_joined_ = static_cast<int>(rank);
+        std::optional<Response> all = add(static_cast<int>(rank), request, now);
+        if (all) {
+          all->first_dims = {last_joined_};
+          std::fill(joined_.begin(), joined_.end(), 0);
+          last_joined_ = -1;
+          ready.negotiated.push_back(std::move(*all));
+        } else {
+          complete_joined(&ready.negotiated);
+        }
+        continue;
+      }
       // A cached name sent in full: some rank's spec changed (or it waited too long on the
       // bit). Every rank forgets the entry and sends its own request, so the message table sees
       // all of them.

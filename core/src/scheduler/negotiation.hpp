@@ -23,15 +23,18 @@
 
 namespace hvd::core {
 
-// The values of hvd_collective.
+// The values of hvd_collective, and join (hvd_join_async), which no backend call carries.
 enum class OpType : uint8_t {
   kAllreduce = 0,
   kAllgather = 1,
   kBroadcast = 2,
   kReduceScatter = 3,
-  kAlltoall = 4
+  kAlltoall = 4,
+  kJoin = 5
 };
-constexpr uint8_t kOpTypeCount = 5;
+constexpr uint8_t kOpTypeCount = 6;
+// The name a join is negotiated under (one per communicator in flight on each rank).
+constexpr const char* kJoinName = "hvd.join";
 const char* op_type_name(OpType type);  // "ALLREDUCE", as Horovod's messages say
 
 // A tensor's dimensions, held inline up to 6 (a submission then allocates nothing for its shape).
@@ -87,12 +90,18 @@ using FirstDims = std::vector<int64_t>;
 
 // A verdict on one tensor: run it (error empty) or fail it with `error` on every rank. `spec` is
 // this rank's own.
+//
+// Joined ranks (hvd_join_async) take part in the allreduces the others submit with zeros: a
+// response then may have no tensor of this rank's behind it (`stand_in`), and `spec` is the
+// first rank's that submitted it. A join's response comes once every rank has joined, with the
+// rank that joined last as its only first dimension.
 struct Response {
   std::string name;
   TensorSpec spec;
   std::string error;
   FirstDims first_dims;
   hvd_status error_code = HVD_ERR_MISMATCH;  // with error
+  bool stand_in = false;
 };
 
 // The replicated coordinator: a message table of partly submitted tensors, and the cache.
@@ -105,6 +114,15 @@ class Negotiator {
   std::optional<uint32_t> cached_bit(const std::string& name, const TensorSpec& spec) const;
   // The first dimensions by rank that a cached allgather was negotiated with.
   const FirstDims& cached_first_dims(uint32_t bit) const { return slots_[bit]->first_dims; }
+  // The spec and name a cached tensor was negotiated with (a joined rank stands in with them).
+  const TensorSpec& cached_spec(uint32_t bit) const { return slots_[bit]->spec; }
+  const std::string& cached_name(uint32_t bit) const { return slots_[bit]->name; }
+
+  // Whether `rank` has joined (its join negotiated, and not every rank's yet).
+  bool joined(int rank) const { return joined_[static_cast<size_t>(rank)] != 0; }
+  // Why a tensor cannot run with the joined ranks standing in (only host-memory allreduces
+  // can), or empty: the same on every rank.
+  std::string stand_in_refusal(const std::string& name, const TensorSpec& spec) const;
   // How many bits a cycle's vector has (the cache's slots, in use or free: the same on every
   // rank).
   size_t bit_count() const { return slots_.size(); }
@@ -157,6 +175,11 @@ class Negotiator {
                                const std::vector<std::optional<TensorSpec>>& by_rank,
                                FirstDims* matrix);
   std::optional<Response> add(int rank, const Request& request, Clock::time_point now);
+  // Whether every rank submitted the tensor or has joined; then its verdict.
+  bool complete(const Partial& partial) const;
+  Response respond(const std::string& name, Partial& partial) const;
+  // After a join: the tensors it completed, in name order, removed from the table.
+  void complete_joined(std::vector<Response>* out);
   void cache_insert(const Response& response);
   void cache_erase(const std::string& name);
 
@@ -172,6 +195,8 @@ class Negotiator {
   std::list<uint32_t> entry_order_;                       // front: longest in the cache
   std::vector<std::list<uint32_t>::iterator> entry_pos_;  // by slot: where it is in that order
   std::vector<uint32_t> free_slots_;
+  std::vector<uint8_t> joined_;  // by rank
+  int last_joined_ = -1;
 };
 
 }  // namespace hvd::core

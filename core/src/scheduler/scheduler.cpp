@@ -223,6 +223,20 @@ void Completion::set_received_splits(std::vector<int64_t> splits) {
   received_splits_ = std::move(splits);
 }
 
+void Completion::set_last_joined(int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_joined_ = rank;
+}
+
+Status Completion::last_joined(int* rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!done_) return error(HVD_ERR_STATE, "the operation has not completed yet");
+  if (!status_.ok()) return status_;
+  if (!last_joined_) return error(HVD_ERR_STATE, "this operation is not a join");
+  *rank = *last_joined_;
+  return Status::success();
+}
+
 Status Completion::received_splits(std::vector<int64_t>* splits) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!done_) return error(HVD_ERR_STATE, "the operation has not completed yet");
@@ -541,6 +555,37 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
   return checked;
 }
 
+Result<std::shared_ptr<Completion>> Scheduler::join() {
+  Submission s;
+  s.name = kJoinName;
+  s.spec.type = OpType::kJoin;
+  s.spec.dtype = HVD_UINT8;
+  s.spec.shape = {0};
+  return submit(std::move(s));
+}
+
+Scheduler::Entry* Scheduler::stand_in_for(const std::string& name, const TensorSpec& spec) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (spare_.empty()) spare_.emplace_back();
+  pending_.splice(pending_.end(), spare_, spare_.begin());
+  Entry& e = pending_.back();
+  e.what = Submission{};
+  e.what.name = name;
+  e.what.spec = spec;
+  e.elements = spec.elements();
+  e.stand_in.reset(new char[std::max<uint64_t>(e.bytes(), 1)]());  // zeros
+  e.what.send = e.stand_in.get();
+  e.what.recv = e.stand_in.get();
+  e.completion = std::make_shared<Completion>(*this);
+  e.submitted = Clock::now();
+  e.negotiated = {};
+  e.sent = false;
+  e.local_error = Status::success();
+  e.ready = {};
+  e.self = std::prev(pending_.end());
+  return &e;
+}
+
 Status Scheduler::duplicate(const std::string& name) {
   return error(HVD_ERR_INVALID_ARGUMENT,
                "Duplicate tensor name '" + name +
@@ -695,6 +740,8 @@ Status Scheduler::run_cycle(bool* stop) {
       sent_.emplace(e.what.name, &e);
     }
   }
+  // A joined rank has every tensor: the others' votes alone decide.
+  if (negotiator_.joined(control_.rank())) std::fill(vote.begin(), vote.begin() + nbits, 1);
   // Flags, inverted so that one MIN answers "does any rank ...": send requests, stop, give up.
   vote[nbits] = mine.empty() ? 1 : 0;
   vote[nbits + 1] = shutdown ? 0 : 1;
@@ -737,12 +784,26 @@ Status Scheduler::run_cycle(bool* stop) {
   verdicts.reserve(ready.cached.size() + ready.negotiated.size());
   for (uint32_t bit : ready.cached) {
     Entry* e = voted[bit];
-    verdicts.push_back(Verdict{e, e->what.spec.group, e->what.spec.group_size, {}, {}});
-    if (e->what.spec.type == OpType::kAllgather || e->what.spec.type == OpType::kAlltoall) {
+    const TensorSpec& spec = negotiator_.cached_spec(bit);
+    std::string refused = negotiator_.stand_in_refusal(negotiator_.cached_name(bit), spec);
+    if (e == nullptr) {  // this rank has joined: it takes part with zeros, or not at all
+      if (!refused.empty()) continue;
+      e = stand_in_for(negotiator_.cached_name(bit), spec);
+    }
+    verdicts.push_back(Verdict{e, spec.group, spec.group_size, std::move(refused), {},
+                               HVD_ERR_UNSUPPORTED});
+    if (spec.type == OpType::kAllgather || spec.type == OpType::kAlltoall) {
       verdicts.back().first_dims = negotiator_.cached_first_dims(bit);
     }
   }
   for (Response& r : ready.negotiated) {
+    if (r.stand_in) {  // the others' tensor, which this joined rank has none of
+      if (r.error.empty()) {
+        verdicts.push_back(
+            Verdict{stand_in_for(r.name, r.spec), r.spec.group, r.spec.group_size, {}, {}});
+      }
+      continue;
+    }
     const auto it = sent_.find(r.name);
     if (it == sent_.end()) continue;  // answered already: one verdict per entry, however many
     // A code from a peer is one of hvd's, or reported as the peer's failure.
@@ -849,6 +910,11 @@ void Scheduler::execute(std::vector<Verdict> ready) {
     Entry& e = *v.entry;
     if (!v.error.empty()) {
       finish(&e, error(v.error_code, v.error));
+      continue;
+    }
+    if (e.what.spec.type == OpType::kJoin) {
+      e.completion->set_last_joined(static_cast<int>(e.first_dims.at(0)));
+      finish(&e, Status::success());
       continue;
     }
     if (e.what.task) {
@@ -1120,6 +1186,8 @@ Status Scheduler::run_collective(Entry& e) {
     case OpType::kAlltoall:
       status = run_alltoall(e);
       break;
+    case OpType::kJoin:  // completed by execute(), never run
+      break;
   }
   return status;
 }
@@ -1268,8 +1336,12 @@ void Scheduler::finish(const std::vector<Entry*>& entries, const Status& status,
     // submits the same name again must not find it in flight. One lock for the whole batch.
     std::lock_guard<std::mutex> lock(mutex_);
     for (Entry* e : entries) {
-      auto name = in_flight_.extract(e->what.name);
-      if (spare_names_.size() < kSpareEntries) spare_names_.push_back(std::move(name));
+      if (e->stand_in) {
+        e->stand_in.reset();  // a stand-in's name was never in flight
+      } else {
+        auto name = in_flight_.extract(e->what.name);
+        if (spare_names_.size() < kSpareEntries) spare_names_.push_back(std::move(name));
+      }
       if (spare_.size() < kSpareEntries) {
         spare_.splice(spare_.begin(), pending_, e->self);
       } else {

@@ -119,6 +119,9 @@ class Completion {
   // An alltoall's rows received from each rank: set before it completes, read once it succeeded.
   void set_received_splits(std::vector<int64_t> splits);
   Status received_splits(std::vector<int64_t>* splits) const;
+  // A join's: the rank that joined last, set before it completes, read once it succeeded.
+  void set_last_joined(int rank);
+  Status last_joined(int* rank) const;
 
  private:
   bool settle(const Status& status, DeviceWork on_device);
@@ -143,6 +146,7 @@ class Completion {
   std::unique_ptr<char[]> output_;
   int64_t output_first_dim_ = -1;  // -1: no output allocated by hvd
   std::optional<std::vector<int64_t>> received_splits_;
+  std::optional<int> last_joined_;
 };
 
 // One tensor to submit.
@@ -181,6 +185,11 @@ class Scheduler {
   // Several tensors queued at once; every rank's group completes in the same cycle. When one is
   // bad, the call fails and every tensor of the group fails on every rank, as above.
   Result<std::vector<std::shared_ptr<Completion>>> submit_group(std::vector<Submission> group);
+  // Horovod's join: this rank has nothing more to submit. Until every rank has joined, it takes
+  // part in the allreduces the others submit (host memory) with zeros; any other collective
+  // submitted meanwhile fails on every rank. Completes once every rank joined, with the rank
+  // that joined last (Completion::last_joined).
+  Result<std::shared_ptr<Completion>> join();
 
   // Application threads waiting for their tensors (+1 as one starts, -1 as one stops): a thread
   // that waits has nothing more to submit for now, so the cycle clock stops waiting for more.
@@ -219,6 +228,8 @@ class Scheduler {
     Status local_error;    // it failed this rank's checks: negotiated only to fail everywhere
     DeviceExecutor::Ready ready;      // a CUDA tensor's on a backend that takes CUDA memory
     std::list<Entry>::iterator self;  // its node in queue_, then in pending_
+    // A joined rank's part in another rank's allreduce: zeros it owns, and no name in flight.
+    std::unique_ptr<char[]> stand_in;
   };
   // A tensor found ready everywhere, with the group and error every rank agrees on.
   struct Verdict {
@@ -250,6 +261,8 @@ class Scheduler {
   // could be recorded.
   Result<DeviceExecutor::Ready> ready_event(const Submission& s);
   static Status duplicate(const std::string& name);
+  // This rank has joined: an entry of zeros in pending_ for a tensor the others submitted.
+  Entry* stand_in_for(const std::string& name, const TensorSpec& spec);
   void loop();
   // The cycle clock. While this rank has tensors in flight, cycles follow each other a cycle time
   // apart. An idle rank waits for the first submission and votes a cycle time after it, so that

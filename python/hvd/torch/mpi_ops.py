@@ -670,7 +670,10 @@ def barrier(process_set=global_process_set):
 
 
 def join(device=-1):
-    """Horovod's join (a rank that ran out of data keeps serving the others' allreduces with
-    zeros): not available in hvd yet."""
-    raise NotImplementedError("hvd.torch.join() is not available yet: give every rank the same "
-                              "number of batches (hvd.torch's docs, python.md)")
+    """Tells the other ranks that this one ran out of data: until every rank has joined, it
+    takes part in their allreduces with zeros (an Average still divides by size()), so ranks
+    with fewer batches need not stop the job. Returns the rank that joined last, the same on
+    every rank. Any other collective submitted meanwhile fails on every rank. `device` is
+    Horovod's (where its zeros live); hvd serves host-memory allreduces only.
+    """
+    return _ops.join()
