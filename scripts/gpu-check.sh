@@ -168,6 +168,7 @@ run() {
   fi
   row "hvd-gpu-bench (staging, device executor)" "$gpu_bench"
   train "$out"
+  python_train "$out"
 
   echo "gpu-check: results (full outputs in $out)"
   printf '  %s\n' "${rows[@]}"
@@ -250,6 +251,66 @@ PY
     fi
     row "hvd-mnist $1, $2 rank(s), --device $3" "$result"
   done
+}
+
+# hvd.torch on the GPU: its extension built against the machine's PyTorch (pybind11 from torch's
+# headers), then examples/python/mnist.py with CUDA tensors on nccl at 1 rank and on gloo at 2
+# ranks sharing the GPU, as hvd-mnist above.
+python_train() {
+  local out=$1 why=""
+  if [ ! -d "$dir/train/mnist-digits" ]; then
+    why="no MNIST digits in the bundle"
+  elif ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    why="no PyTorch with a usable GPU (python3 -c 'import torch')"
+  elif ! command -v g++ >/dev/null; then
+    why="no g++"
+  fi
+  if [[ -n $why ]]; then
+    row "hvd.torch on the GPU" "skipped: $why"
+    return 0
+  fi
+  local package flags rc=0
+  package=$(mktemp -d)
+  cp -r "$root/python/hvd" "$package/"
+  printf 'VERSION = "gpu-check"\nBACKENDS = ("gloo", "nccl")\nCUDA = True\n' > "$package/hvd/build_info.py"
+  if ! flags=$(timeout 120 python3 - <<'PY'
+import sysconfig, torch
+from torch.utils import cpp_extension as ext
+inc, lib = ext.include_paths(), ext.library_paths()
+print(" ".join(["-I" + p for p in inc + [sysconfig.get_paths()["include"]]] +
+               ["-L" + p + " -Wl,-rpath," + p for p in lib] +
+               ["-D_GLIBCXX_USE_CXX11_ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI),
+                "-o", "hvd/torch/_ops" + sysconfig.get_config_var("EXT_SUFFIX")]))
+PY
+  ); then
+    row "hvd.torch on the GPU" "skipped: torch.utils.cpp_extension gave no build flags"
+    return 0
+  fi
+  echo "gpu-check: $(date +%T) building hvd.torch against PyTorch $(python3 -c 'import torch; print(torch.__version__)')" >&3
+  (cd "$package" && bounded 300 g++ -std=c++17 -O2 -shared -fPIC -fvisibility=hidden \
+     -DTORCH_EXTENSION_NAME=_ops -DTORCH_API_INCLUDE_EXTENSION_H -I"$root/core/include" \
+     -I"$root/sdk/include" "$root/python/src/torch_ops.cpp" $flags "$dir/lib/libhvd.so.0" \
+     -Wl,-rpath,"$dir/lib" -ltorch_python -ltorch -ltorch_cpu -lc10) \
+    >> "$out/hvd-torch-build.txt" 2>&1 || rc=$?
+  if ((rc != 0)); then
+    row "hvd.torch on the GPU" "FAIL: the build failed (hvd-torch-build.txt)"
+    return 0
+  fi
+  local job
+  for job in "nccl 1" "gloo 2"; do
+    set -- $job
+    local log="$out/hvd-torch-mnist.txt" result
+    echo "== hvdrun -np $2 --backend $1 python3 examples/python/mnist.py (CUDA)" >> "$log"
+    if PYTHONPATH="$package" bounded 180 hvdrun -np "$2" --backend "$1" -- python3 \
+         "$root/examples/python/mnist.py" --data-dir "$dir/train/mnist-digits" \
+         --min-accuracy 0.96 >> "$log" 2>&1; then
+      result="pass: $(grep -o 'trained .*' "$log" | tail -1 || true)"
+    else
+      result="FAIL (hvd-torch-mnist.txt)"
+    fi
+    row "hvd.torch mnist.py $1, $2 rank(s), CUDA" "$result"
+  done
+  rm -rf "$package"
 }
 
 case "$mode" in
