@@ -288,7 +288,8 @@ HVD_API hvd_status hvd_request_received_splits(hvd_request* request, int64_t* sp
  * size). Any other collective, or an allreduce of CUDA memory, submitted while a rank has joined
  * fails on every rank with HVD_ERR_UNSUPPORTED. The request completes once every rank has
  * joined; then hvd_request_last_joined gives the rank that joined last, the same on every rank.
- * As any asynchronous call, it starts the scheduler. */
+ * As any asynchronous call, it starts the scheduler. It is negotiated under the name "hvd.join",
+ * which no tensor of this rank may have meanwhile. */
 HVD_API hvd_status hvd_join_async(hvd_comm* comm, hvd_request** request);
 HVD_API hvd_status hvd_request_last_joined(hvd_request* request, int* rank);
 /* Releases the handle (the operation itself goes on). NULL is ignored. */
