@@ -15,11 +15,11 @@
 //    copied into a tensor of the input's dtype and device once the operation succeeded.
 #include <torch/extension.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -41,18 +41,25 @@ struct InternalError : std::runtime_error {
 
 hvd_dtype hvd_dtype_of(at::ScalarType type) {
   switch (type) {
-    case at::kByte: return HVD_UINT8;
-    case at::kChar: return HVD_INT8;
+    case at::kByte:
+      return HVD_UINT8;
+    case at::kChar:
+      return HVD_INT8;
     case at::kShort:  // carried as int32
-    case at::kInt: return HVD_INT32;
-    case at::kLong: return HVD_INT64;
-    case at::kHalf: return HVD_FLOAT16;
-    case at::kBFloat16: return HVD_BFLOAT16;
-    case at::kFloat: return HVD_FLOAT32;
-    case at::kDouble: return HVD_FLOAT64;
+    case at::kInt:
+      return HVD_INT32;
+    case at::kLong:
+      return HVD_INT64;
+    case at::kHalf:
+      return HVD_FLOAT16;
+    case at::kBFloat16:
+      return HVD_BFLOAT16;
+    case at::kFloat:
+      return HVD_FLOAT32;
+    case at::kDouble:
+      return HVD_FLOAT64;
     default:
-      throw py::value_error(std::string("hvd.torch: tensors of dtype ") +
-                            c10::toString(type) +
+      throw py::value_error(std::string("hvd.torch: tensors of dtype ") + c10::toString(type) +
                             " are not supported (uint8, int8, int16, int32, int64, float16, "
                             "bfloat16, float32 and float64 are)");
   }
@@ -62,22 +69,32 @@ enum class Kind { allreduce, allgather, broadcast, alltoall, reducescatter };
 
 const char* kind_name(Kind kind) {
   switch (kind) {
-    case Kind::allreduce: return "allreduce";
-    case Kind::allgather: return "allgather";
-    case Kind::broadcast: return "broadcast";
-    case Kind::alltoall: return "alltoall";
-    case Kind::reducescatter: return "reducescatter";
+    case Kind::allreduce:
+      return "allreduce";
+    case Kind::allgather:
+      return "allgather";
+    case Kind::broadcast:
+      return "broadcast";
+    case Kind::alltoall:
+      return "alltoall";
+    case Kind::reducescatter:
+      return "reducescatter";
   }
   return "?";
 }
 
 hvd_collective collective_of(Kind kind) {
   switch (kind) {
-    case Kind::allreduce: return HVD_COLLECTIVE_ALLREDUCE;
-    case Kind::allgather: return HVD_COLLECTIVE_ALLGATHER;
-    case Kind::broadcast: return HVD_COLLECTIVE_BROADCAST;
-    case Kind::alltoall: return HVD_COLLECTIVE_ALLTOALL;
-    case Kind::reducescatter: return HVD_COLLECTIVE_REDUCE_SCATTER;
+    case Kind::allreduce:
+      return HVD_COLLECTIVE_ALLREDUCE;
+    case Kind::allgather:
+      return HVD_COLLECTIVE_ALLGATHER;
+    case Kind::broadcast:
+      return HVD_COLLECTIVE_BROADCAST;
+    case Kind::alltoall:
+      return HVD_COLLECTIVE_ALLTOALL;
+    case Kind::reducescatter:
+      return HVD_COLLECTIVE_REDUCE_SCATTER;
   }
   return HVD_COLLECTIVE_ALLREDUCE;
 }
@@ -160,8 +177,7 @@ class Runtime {
   bool initialized() const { return world_ != nullptr; }
   hvd::Comm& world() {
     if (!world_) {
-      throw py::value_error(
-          "hvd.torch has not been initialized; use hvd.init() first");
+      throw py::value_error("hvd.torch has not been initialized; use hvd.init() first");
     }
     return *world_;
   }
@@ -223,6 +239,11 @@ class Runtime {
     if (!made.ok()) fail(made.status());
     const int id = next_set_id_++;
     sets_.emplace(id, ProcessSet{std::move(made).value(), std::move(ranks)});
+    if (hvd::Comm* set = comm_of(id)) {  // its members start its scheduler together
+      const int32_t mine = set->rank();
+      std::vector<int32_t> all(static_cast<size_t>(set->size()));
+      scheduled(*set, "hvd.torch.process_set", &mine, all.data(), 1);
+    }
     return id;
   }
   // Collective over the world, like adding it.
@@ -341,7 +362,8 @@ class Runtime {
     std::vector<at::Tensor> received;
     for (size_t i = 0; i < done->slots.size(); ++i) {
       Slot& slot = done->slots[i];
-      const hvd::Request& request = done->requests.size() == 1 ? done->requests[0] : done->requests[i];
+      const hvd::Request& request =
+          done->requests.size() == 1 ? done->requests[0] : done->requests[i];
       if (done->kind == Kind::allgather || done->kind == Kind::alltoall) {
         hvd::Result<hvd::Request::Output> out = request.output();
         if (!out.ok()) fail(out.status());
@@ -406,18 +428,20 @@ class Runtime {
     }
     switch (kind) {
       case Kind::allgather:
-      case Kind::alltoall: return;  // hvd allocates the output
+      case Kind::alltoall:
+        return;  // hvd allocates the output
       case Kind::reducescatter: {
         if (tensor.dim() == 0) {
-          throw py::value_error("hvd.torch: reducescatter needs a tensor of at least one dimension");
+          throw py::value_error(
+              "hvd.torch: reducescatter needs a tensor of at least one dimension");
         }
         const int64_t n = comm.size();
         const int64_t rows = tensor.size(0) / n + (comm.rank() < tensor.size(0) % n ? 1 : 0);
         std::vector<int64_t> out_shape = slot.shape;
         out_shape[0] = rows;
         slot.recv = at::empty(out_shape, send.options());
-        slot.output = slot.recv.scalar_type() == type ? slot.recv
-                                                      : at::empty(out_shape, tensor.options());
+        slot.output =
+            slot.recv.scalar_type() == type ? slot.recv : at::empty(out_shape, tensor.options());
         return;
       }
       case Kind::allreduce:
@@ -488,18 +512,14 @@ class Runtime {
     }
   }
 
-  // Horovod's cross communicator: the ranks of the job with this rank's local rank.
+  // Horovod's cross communicator: the ranks of the job with this rank's local rank. Gathered
+  // asynchronously, which starts the world's scheduler on every rank at once (see scheduled).
   void learn_layout() {
     hvd::Comm& w = *world_;
     const int n = w.size();
     std::vector<int32_t> mine = {w.local_rank(), w.local_size()};
     std::vector<int32_t> all(2 * static_cast<size_t>(n));
-    hvd::Status s;
-    {
-      py::gil_scoped_release nogil;
-      s = w.allgather(mine.data(), all.data(), 2);
-    }
-    if (!s.ok()) fail(s);
+    scheduled(w, "hvd.torch.layout", mine.data(), all.data(), 2);
     cross_rank_ = 0;
     cross_size_ = 0;
     homogeneous_ = true;
@@ -510,6 +530,19 @@ class Runtime {
       }
       if (all[2 * r + 1] != mine[1]) homogeneous_ = false;
     }
+  }
+
+  // Gathers `count` int32 per rank through the communicator's scheduler, and so starts it. Every
+  // rank's scheduler then runs from the communicator's birth: hvd sends a blocking call
+  // (barrier) through the scheduler once it runs and straight to the backend before, so a
+  // communicator whose ranks started theirs at different calls would pair a barrier on one rank
+  // with a negotiation on another.
+  static void scheduled(hvd::Comm& comm, const std::string& name, const int32_t* mine, int32_t* all,
+                        int64_t count) {
+    hvd::Result<hvd::Request> r = comm.allgather_async(name, mine, all, HVD_INT32, {count});
+    if (!r.ok()) fail(r.status());
+    const hvd::Status s = wait_interruptibly(*r);
+    if (!s.ok()) fail(s);
   }
 
   std::unique_ptr<hvd::Comm> world_;
@@ -548,12 +581,16 @@ PYBIND11_MODULE(_ops, m) {
   m.attr("MAX") = static_cast<int>(HVD_MAX);
   m.attr("PRODUCT") = static_cast<int>(HVD_PRODUCT);
 
-  m.def("init", [](const std::string& backend, double timeout,
-                   const std::vector<std::vector<int>>& sets) { runtime().init(backend, timeout, sets); });
+  m.def("init",
+        [](const std::string& backend, double timeout, const std::vector<std::vector<int>>& sets) {
+          runtime().init(backend, timeout, sets);
+        });
   m.def("shutdown", [] { runtime().shutdown(); });
   m.def("is_initialized", [] { return runtime().initialized(); });
-  m.def("rank", [](int set_id) { return runtime().rank(set_id); }, py::arg("set_id") = 0);
-  m.def("size", [](int set_id) { return runtime().size(set_id); }, py::arg("set_id") = 0);
+  m.def(
+      "rank", [](int set_id) { return runtime().rank(set_id); }, py::arg("set_id") = 0);
+  m.def(
+      "size", [](int set_id) { return runtime().size(set_id); }, py::arg("set_id") = 0);
   m.def("local_rank", [] { return runtime().local_rank(); });
   m.def("local_size", [] { return runtime().local_size(); });
   m.def("cross_rank", [] { return runtime().cross_rank(); });
@@ -561,20 +598,18 @@ PYBIND11_MODULE(_ops, m) {
   m.def("is_homogeneous", [] { return runtime().homogeneous(); });
   m.def("backend", [] { return runtime().backend(); });
   m.def("set_ranks", [](int set_id) { return runtime().ranks(set_id); });
-  m.def("add_process_set", [](std::vector<int> ranks) {
-    return runtime().add_process_set(std::move(ranks));
-  });
+  m.def("add_process_set",
+        [](std::vector<int> ranks) { return runtime().add_process_set(std::move(ranks)); });
   m.def("remove_process_set", [](int set_id) { runtime().remove_process_set(set_id); });
   m.def("barrier", [](int set_id) { runtime().barrier(set_id); });
   m.def("join", [] { return runtime().join(); });
-  m.def("submit",
-        [](Kind kind, const std::vector<at::Tensor>& tensors,
-           const std::vector<std::optional<at::Tensor>>& outputs, const std::string& name, int op,
-           int root, double prescale, double postscale, const std::vector<int64_t>& splits,
-           int set_id, uint64_t stream) {
-          return runtime().submit(kind, tensors, outputs, name, op, root, prescale, postscale,
-                                  splits, set_id, stream);
-        });
+  m.def("submit", [](Kind kind, const std::vector<at::Tensor>& tensors,
+                     const std::vector<std::optional<at::Tensor>>& outputs, const std::string& name,
+                     int op, int root, double prescale, double postscale,
+                     const std::vector<int64_t>& splits, int set_id, uint64_t stream) {
+    return runtime().submit(kind, tensors, outputs, name, op, root, prescale, postscale, splits,
+                            set_id, stream);
+  });
   m.def("poll", [](int64_t handle) { return runtime().poll(handle); });
   m.def("wait", [](int64_t handle) { return runtime().wait(handle); });
   m.def("in_flight", [] { return runtime().in_flight(); });
