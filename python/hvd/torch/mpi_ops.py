@@ -129,7 +129,16 @@ def shutdown():
     _ops.shutdown()
 
 
-atexit.register(lambda: _ops.is_initialized() and _ops.shutdown())
+def _shutdown_at_exit():
+    # A communicator that broke raised its error where it broke; at exit, release it quietly.
+    try:
+        if _ops.is_initialized():
+            _ops.shutdown()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+atexit.register(_shutdown_at_exit)
 
 
 def is_initialized():
