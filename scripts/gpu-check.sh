@@ -272,7 +272,7 @@ python_train() {
   local package flags rc=0
   package=$(mktemp -d)
   cp -r "$root/python/hvd" "$package/"
-  printf 'VERSION = "gpu-check"\nBACKENDS = ("gloo", "nccl")\nCUDA = True\n' > "$package/hvd/build_info.py"
+  printf 'VERSION = "gpu-check"\nBACKENDS = ("gloo", "nccl")\nCUDA = True\nNCCL_VERSION = 1\n' > "$package/hvd/build_info.py"
   if ! flags=$(timeout 120 python3 - <<'PY'
 import sysconfig, torch
 from torch.utils import cpp_extension as ext

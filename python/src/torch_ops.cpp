@@ -37,7 +37,12 @@ struct InternalError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-[[noreturn]] void fail(const hvd::Status& status) { throw InternalError(status.message()); }
+// Arguments hvd refused (a duplicate name, splits that do not add up) are ValueError, as in
+// Horovod; everything else, ranks that disagree among it, is HorovodInternalError.
+[[noreturn]] void fail(const hvd::Status& status) {
+  if (status.code() == HVD_ERR_INVALID_ARGUMENT) throw py::value_error(status.message());
+  throw InternalError(status.message());
+}
 
 hvd_dtype hvd_dtype_of(at::ScalarType type) {
   switch (type) {

@@ -1523,8 +1523,7 @@ TEST(Scheduler, AJoinedRankServesTheOthersAllreducesWithZerosUntilEveryRankJoins
             for (size_t i = 0; i < a.size(); ++i) a[i] = float(rank + 1) * float(i + 1);
             for (size_t i = 0; i < b.size(); ++i) b[i] = (rank + 1) * int32_t(i + 3);
             auto ca = s.submit(allreduce("a", a.data(), a_out.data(), HVD_FLOAT32, {7}));
-            auto cb = s.submit(
-                allreduce("b", b.data(), b_out.data(), HVD_INT32, {5}, HVD_AVERAGE));
+            auto cb = s.submit(allreduce("b", b.data(), b_out.data(), HVD_INT32, {5}, HVD_AVERAGE));
             ASSERT_TRUE(ca.ok() && cb.ok());
             ASSERT_TRUE((*ca)->wait(kWait).ok());
             ASSERT_TRUE((*cb)->wait(kWait).ok());
@@ -1561,7 +1560,8 @@ TEST(Scheduler, OtherCollectivesFailOnEveryRankWhileARankHasJoined) {
   std::vector<int64_t> in(4, 9);
   job.each([&](int rank) {  // "bc" enters the cache
     std::vector<int64_t> out(4);
-    EXPECT_TRUE(submit_and_wait(job.at(rank), broadcast_of("bc", in.data(), out.data(), 4, 1)).ok());
+    EXPECT_TRUE(
+        submit_and_wait(job.at(rank), broadcast_of("bc", in.data(), out.data(), 4, 1)).ok());
   });
   std::vector<std::string> messages(3);
   job.each([&](int rank) {
@@ -1589,4 +1589,17 @@ TEST(Scheduler, OtherCollectivesFailOnEveryRankWhileARankHasJoined) {
             std::string::npos)
       << messages[1];
   EXPECT_NE(messages[1].find("BROADCAST 'bc' cannot run"), std::string::npos) << messages[1];
+}
+
+TEST(SchedulerOptions, HorovodsDynamicTimelineWritesNoFile) {
+  auto timeline = [](const char* value) {
+    return SchedulerOptions::from_env([&](const std::string& name) -> std::optional<std::string> {
+             if (name == "HOROVOD_TIMELINE") return std::string(value);
+             return std::nullopt;
+           })
+        .value()
+        .timeline;
+  };
+  EXPECT_EQ(timeline("DYNAMIC"), "");
+  EXPECT_EQ(timeline("trace.json"), "trace.json");
 }

@@ -302,8 +302,8 @@ std::string Negotiator::stand_in_refusal(const std::string& name, const TensorSp
   }
   if (ranks.empty() || (spec.type == OpType::kAllreduce && spec.memory == HVD_MEMORY_HOST))
     return {};
-  return std::string(op_type_name(spec.type)) + " '" + name +
-         "' cannot run while rank(s) " + ranks +
+  return std::string(op_type_name(spec.type)) + " '" + name + "' cannot run while rank(s) " +
+         ranks +
          " have joined (hvd_join_async): joined ranks take part in host-memory allreduces only";
 }
 

@@ -100,6 +100,8 @@ Result<SchedulerOptions> SchedulerOptions::from_env(const EnvLookup& env) {
   HVD_ASSIGN_OR_RETURN(double capacity, number_knob(env, "CACHE_CAPACITY", 1024, 0));
   o.cache_capacity = static_cast<size_t>(capacity);
   o.timeline = knob(env, "TIMELINE").value_or("");
+  // Horovod's DYNAMIC: no file until the application starts one (hvd has no such call): none.
+  if (o.timeline == "DYNAMIC") o.timeline.clear();
   o.timeline_mark_cycles = knob(env, "TIMELINE_MARK_CYCLES").value_or("0") == "1";
   HVD_ASSIGN_OR_RETURN(double stall, number_knob(env, "STALL_CHECK_TIME_SECONDS", 60, 0));
   o.stall_check = std::chrono::duration<double>(stall);
@@ -790,8 +792,8 @@ Status Scheduler::run_cycle(bool* stop) {
       if (!refused.empty()) continue;
       e = stand_in_for(negotiator_.cached_name(bit), spec);
     }
-    verdicts.push_back(Verdict{e, spec.group, spec.group_size, std::move(refused), {},
-                               HVD_ERR_UNSUPPORTED});
+    verdicts.push_back(
+        Verdict{e, spec.group, spec.group_size, std::move(refused), {}, HVD_ERR_UNSUPPORTED});
     if (spec.type == OpType::kAllgather || spec.type == OpType::kAlltoall) {
       verdicts.back().first_dims = negotiator_.cached_first_dims(bit);
     }

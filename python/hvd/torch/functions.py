@@ -70,13 +70,14 @@ def _fill_tensors(value, tensors, make):
     return value
 
 
-def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Copies root_rank's optimizer state (per-parameter state such as momentum buffers, and
     each parameter group's options such as the learning rate) to every rank.
 
     The state's layout goes as one object, then each tensor as a broadcast, so state that only
     root has made yet (momentum before the first step) arrives whole. Every rank's optimizer is
-    of the same type over the same parameters.
+    of the same type over the same parameters. `model` is Horovod's argument, which hvd does not
+    need.
     """
     is_root = rank() == root_rank
     tensors = []

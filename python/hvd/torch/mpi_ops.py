@@ -12,6 +12,7 @@ import torch
 
 from hvd.build_info import BACKENDS as _BUILT_BACKENDS
 from hvd.build_info import CUDA as _CUDA_BUILT
+from hvd.build_info import NCCL_VERSION as _NCCL_VERSION
 from hvd.torch import _ops
 from hvd.torch.compression import Compression
 
@@ -208,8 +209,9 @@ def gloo_built():
 
 
 def nccl_built():
-    """Whether hvd's NCCL backend was built (Horovod returns NCCL's version; hvd 1 or 0)."""
-    return int("nccl" in _BUILT_BACKENDS)
+    """The version code of the NCCL hvd's nccl backend was built with (22809 for 2.28.9), as
+    Horovod; 0 where it was not built."""
+    return _NCCL_VERSION
 
 
 def ofi_built():
