@@ -16,6 +16,7 @@ from hvd.torch.mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, 
                                is_homogeneous, is_initialized, join, local_rank, local_size,
                                mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
                                ofi_built, poll, rank, reducescatter, reducescatter_async,
-                               remove_process_set, rocm_built, shutdown, size, synchronize)
+                               remove_process_set, rocm_built, shutdown, size,
+                               sparse_allreduce_async, synchronize)
 from hvd.torch.optimizer import DistributedOptimizer
 from hvd.torch.sync_batch_norm import SyncBatchNorm

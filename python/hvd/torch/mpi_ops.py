@@ -508,6 +508,31 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Starts reducing a sparse COO tensor as Horovod does: every rank's indices and values are
+    gathered (an allgather each). Returns a function that waits and returns the sparse sum (or,
+    with op=Average, the average) over the ranks, uncoalesced: an index several ranks hold
+    appears once per rank."""
+    op = _op(op, None)
+    if op not in (Sum, Average):
+        raise ValueError("a sparse allreduce sums or averages")
+    indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(),
+                              name=None if name is None else name + ".indices",
+                              process_set=process_set)
+    values = allgather_async(tensor._values(), name=None if name is None else name + ".values",
+                             process_set=process_set)
+
+    def result():
+        gathered_values = synchronize(values)
+        gathered_indices = synchronize(indices)
+        if op == Average:
+            gathered_values = gathered_values / process_set.size()
+        return torch.sparse_coo_tensor(gathered_indices.transpose(0, 1), gathered_values,
+                                       tensor.size())
+
+    return result
+
+
 # ---- broadcast ----------------------------------------------------------------------------------
 
 def _broadcast_async(tensor, output, root_rank, name, process_set):
