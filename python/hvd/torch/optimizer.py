@@ -40,6 +40,9 @@ class _DistributedOptimizer:
         self._hvd_names = {}
         for name, p in named:
             self._hvd_names.setdefault(p, name)  # a tensor named twice (tied weights) once
+        # Only the wrapped optimizer's own parameters, as Horovod: named_parameters may name a
+        # whole model of which another optimizer steps the rest (and reduces its gradients).
+        own = [p for p in dict.fromkeys(params) if p.requires_grad]
         self._hvd_compression = compression
         self.backward_passes_per_step = backward_passes_per_step
         self._hvd_op = op
@@ -52,30 +55,34 @@ class _DistributedOptimizer:
         self._hvd_hooks = []
         self._hvd_synchronized = False
         self._hvd_should_synchronize = True
-        self._hvd_groups = self._hvd_make_groups(groups)
+        self._hvd_groups = self._hvd_make_groups(groups, own)
         self._hvd_group_ready = {}  # group index -> parameters of it whose gradient is ready
         # One rank has nothing to average with: no hooks, no allreduce (as Horovod).
-        self._hvd_reduced = [p for p in self._hvd_names if p.requires_grad]
+        self._hvd_reduced = own
         if process_set.included() and process_set.size() > 1:
             self._hvd_register_hooks()
         else:
             self._hvd_reduced = []
 
-    def _hvd_make_groups(self, groups):
+    def _hvd_make_groups(self, groups, params):
         if groups is None:
             return {}
-        params = [p for p in self._hvd_names if p.requires_grad]
         if isinstance(groups, int):
             if groups <= 0:
                 raise ValueError("groups is a positive number or a list of lists of parameters")
-            lists = [params[i::groups] for i in range(groups)]
+            # Horovod's split_list: consecutive parameters, the first groups one longer.
+            size, extra = divmod(len(params), groups)
+            lists = [params[i * size + min(i, extra):(i + 1) * size + min(i + 1, extra)]
+                     for i in range(groups)]
         else:
             lists = [list(g) for g in groups]
+            if any(not isinstance(p, torch.Tensor) for g in lists for p in g):
+                raise ValueError("groups are lists of parameters (torch tensors)")
+            own = set(params)
+            lists = [[p for p in g if p in own] for g in lists]
         group_of = {}
         for index, members in enumerate(lists):
             for p in members:
-                if not isinstance(p, torch.Tensor):
-                    raise ValueError("groups are lists of parameters (torch tensors)")
                 if p in group_of:
                     raise ValueError("a parameter appears in more than one group")
                 group_of[p] = index
@@ -214,7 +221,8 @@ class _DistributedOptimizer:
         return super().step(closure)
 
     def zero_grad(self, *args, **kwargs):
-        if any(handle is not None for handle, _ in self._hvd_handles.values()):
+        # Also between the backward passes of one step (as Horovod): their sum would be lost.
+        if self._hvd_handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(): the "
                                  "gradients are still being averaged")
