@@ -25,7 +25,9 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
 
     def forward(self, input):
         self._check_input_dim(input)
-        if not self.training or self.process_set.size() == 1:
+        # Without running statistics, evaluation normalizes by the batch's, every rank's (as
+        # Horovod).
+        if (not self.training and self.track_running_stats) or self.process_set.size() == 1:
             return super().forward(input)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.track_running_stats and self.num_batches_tracked is not None:
@@ -35,8 +37,9 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
 
         dims = [0] + list(range(2, input.dim()))
         shape = [1, -1] + [1] * (input.dim() - 2)
-        x = input.float()
-        local = torch.cat([torch.tensor([x.numel() // x.shape[1]], dtype=torch.float32,
+        # Half precision is normalized in float32, as torch does; float64 keeps its precision.
+        x = input.float() if input.dtype in (torch.float16, torch.bfloat16) else input
+        local = torch.cat([torch.tensor([x.numel() // x.shape[1]], dtype=x.dtype,
                                         device=x.device), x.sum(dims)])
         total = allreduce(local, op=Sum, process_set=self.process_set)
         count, mean = total[0], total[1:] / total[0]
