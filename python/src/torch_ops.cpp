@@ -116,6 +116,8 @@ struct Slot {
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;  // alltoall: rows to each rank (empty: even)
   hvd_placement placement{};
+  double prescale = 1;  // what hvd applies: floating-point tensors' factors
+  double postscale = 1;
   double integer_postscale = 1;  // applied here once the operation succeeded
 };
 
@@ -309,12 +311,9 @@ class Runtime {
       slot.name = tensors.size() > 1 ? base + "." + std::to_string(i) : base;
       if (kind == Kind::alltoall) slot.splits = splits;
     }
-    const bool float_scales = is_floating(tensors[0].scalar_type());
-    const double pre = float_scales ? prescale : 1;
-    const double post = float_scales ? postscale : 1;
     if (operation->slots.size() == 1) {
-      operation->requests.push_back(submit_one(comm, kind, operation->slots[0],
-                                               static_cast<hvd_reduce_op>(op), root, pre, post));
+      operation->requests.push_back(
+          submit_one(comm, kind, operation->slots[0], static_cast<hvd_reduce_op>(op), root));
     } else {
       std::vector<hvd_tensor> group;
       for (Slot& s : operation->slots) {
@@ -328,8 +327,8 @@ class Runtime {
         t.shape = s.shape.data();
         t.op = static_cast<hvd_reduce_op>(op);
         t.root = root;
-        t.prescale = pre;
-        t.postscale = post;
+        t.prescale = s.prescale;
+        t.postscale = s.postscale;
         t.placement = s.placement.memory_type == HVD_MEMORY_CUDA ? &s.placement : nullptr;
         t.splits = s.splits.empty() ? nullptr : s.splits.data();
         group.push_back(t);
@@ -416,11 +415,17 @@ class Runtime {
     slot.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
     at::Tensor send = tensor.contiguous();
     if (type == at::kShort) send = send.to(at::kInt);
+    // Each tensor of a group by its own dtype: a group may mix integers and floats.
     const bool integer_scales = reduces(kind) && !is_floating(type);
     if (integer_scales && prescale != 1) {
       send = (send.to(at::kDouble) * prescale).to(send.scalar_type());
     }
-    if (integer_scales) slot.integer_postscale = postscale;
+    if (integer_scales) {
+      slot.integer_postscale = postscale;
+    } else {
+      slot.prescale = prescale;
+      slot.postscale = postscale;
+    }
     slot.send = send;
     if (tensor.is_cuda()) {
       slot.placement.struct_size = sizeof(hvd_placement);
@@ -465,8 +470,7 @@ class Runtime {
     }
   }
 
-  static hvd::Request submit_one(hvd::Comm& comm, Kind kind, Slot& s, hvd_reduce_op op, int root,
-                                 double pre, double post) {
+  static hvd::Request submit_one(hvd::Comm& comm, Kind kind, Slot& s, hvd_reduce_op op, int root) {
     const hvd_dtype dtype = hvd_dtype_of(s.send.scalar_type());
     const hvd_placement* placement =
         s.placement.memory_type == HVD_MEMORY_CUDA ? &s.placement : nullptr;
@@ -475,7 +479,8 @@ class Runtime {
     hvd::Result<hvd::Request> r = [&]() -> hvd::Result<hvd::Request> {
       switch (kind) {
         case Kind::allreduce:
-          return comm.allreduce_async(s.name, send, recv, dtype, s.shape, op, pre, post, placement);
+          return comm.allreduce_async(s.name, send, recv, dtype, s.shape, op, s.prescale,
+                                      s.postscale, placement);
         case Kind::allgather:
           return comm.allgather_async(s.name, send, nullptr, dtype, s.shape, placement);
         case Kind::broadcast:
@@ -483,8 +488,8 @@ class Runtime {
         case Kind::alltoall:
           return comm.alltoall_async(s.name, send, nullptr, dtype, s.shape, s.splits, placement);
         case Kind::reducescatter:
-          return comm.reduce_scatter_async(s.name, send, recv, dtype, s.shape, op, pre, post,
-                                           placement);
+          return comm.reduce_scatter_async(s.name, send, recv, dtype, s.shape, op, s.prescale,
+                                           s.postscale, placement);
       }
       return hvd::Status(HVD_ERR_INTERNAL, "unknown collective");
     }();
