@@ -6,7 +6,7 @@ import torch
 
 from hvd.torch.compression import Compression
 from hvd.torch.mpi_ops import (Adasum, Average, _grouped_allreduce_async, _op, allreduce_async_,
-                               global_process_set, size, synchronize)
+                               global_process_set, size, sparse_allreduce_async, synchronize)
 
 
 class _DistributedOptimizer:
@@ -40,6 +40,7 @@ class _DistributedOptimizer:
         self._hvd_names = {}
         for name, p in named:
             self._hvd_names.setdefault(p, name)  # a tensor named twice (tied weights) once
+        self._parameter_names = self._hvd_names  # Horovod's name for it, which scripts read
         # Only the wrapped optimizer's own parameters, as Horovod: named_parameters may name a
         # whole model of which another optimizer steps the rest (and reduces its gradients).
         own = [p for p in dict.fromkeys(params) if p.requires_grad]
@@ -129,14 +130,17 @@ class _DistributedOptimizer:
     def _hvd_gradient(self, p):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        elif p.grad.is_sparse:
-            if not self._hvd_sparse_as_dense:
-                warnings.warn("hvd reduces sparse gradients as dense tensors")
+        elif p.grad.is_sparse and self._hvd_sparse_as_dense:
             p.grad = p.grad.to_dense()
         return p.grad
 
     def _hvd_submit(self, p):
-        compressed, ctx = self._hvd_compression.compress(self._hvd_gradient(p))
+        gradient = self._hvd_gradient(p)
+        if gradient.is_sparse:  # Horovod's way: every rank's indices and values, gathered
+            result = sparse_allreduce_async(gradient, "allreduce." + self._hvd_names[p],
+                                            self._hvd_op, self._hvd_process_set)
+            return result, "sparse"
+        compressed, ctx = self._hvd_compression.compress(gradient)
         handle = allreduce_async_(compressed, name="allreduce." + self._hvd_names[p],
                                   op=self._hvd_op, prescale_factor=self._hvd_scales[0],
                                   postscale_factor=self._hvd_scales[1],
@@ -176,6 +180,13 @@ class _DistributedOptimizer:
         first_error = None
         for p in self._hvd_reduced:
             handle, ctx = self._hvd_handles[p]
+            if ctx == "sparse":
+                try:
+                    p.grad = handle()
+                except Exception as e:  # noqa: BLE001 (the rest are still waited for)
+                    first_error = first_error or e
+                self._hvd_delay[p] = self.backward_passes_per_step
+                continue
             try:
                 if handle not in results:
                     results[handle] = synchronize(handle)
@@ -213,9 +224,9 @@ class _DistributedOptimizer:
     def step(self, closure=None):
         if self._hvd_should_synchronize:
             if self._hvd_synchronized and self._hvd_reduced:
-                warnings.warn("optimizer.step() after optimizer.synchronize() outside "
-                              "optimizer.skip_synchronize() reduces the gradients again; "
-                              "step inside `with optimizer.skip_synchronize():`")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(): the gradients are reduced "
+                              "again; step inside `with optimizer.skip_synchronize():`")
             self.synchronize()
         self._hvd_synchronized = False
         return super().step(closure)
@@ -266,11 +277,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if num_groups and groups is None:
         groups = num_groups
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
-    distributed = cls.__new__(cls)
-    # The wrapped optimizer's constructor arguments are its param_groups' options.
-    torch.optim.Optimizer.__init__(distributed, optimizer.param_groups, optimizer.defaults)
-    distributed.__dict__.update({k: v for k, v in optimizer.__dict__.items()
-                                 if k not in distributed.__dict__})
+    # The wrapped class's own constructor over the same parameter groups (whose options are its
+    # arguments), as Horovod: whatever state it makes there (Adagrad's sums) is made. What the
+    # wrapped optimizer holds already (a checkpoint loaded into it) is kept.
+    distributed = cls(optimizer.param_groups)
+    distributed.state.update(optimizer.state)
+    for key, value in optimizer.__dict__.items():
+        distributed.__dict__.setdefault(key, value)
     distributed._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
                            gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return distributed
