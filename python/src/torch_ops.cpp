@@ -352,12 +352,16 @@ class Runtime {
   // list of tensors, and for an alltoall the rows each rank sent.
   std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> wait(int64_t handle) {
     Operation& operation = find(handle);
+    // Every request before the first failure is raised: the other tensors of a group run on
+    // after one of them failed, and hvd writes into them until they are done.
+    std::optional<hvd::Status> failed;
     for (const hvd::Request& r : operation.requests) {
-      const hvd::Status s = wait_interruptibly(r);
-      if (!s.ok()) {
-        operations_.erase(handle);
-        fail(s);
-      }
+      hvd::Status s = wait_interruptibly(r);
+      if (!s.ok() && !failed) failed = std::move(s);
+    }
+    if (failed) {
+      operations_.erase(handle);
+      fail(*failed);
     }
     // Done: take it out of the table whatever happens below.
     std::unique_ptr<Operation> done = std::move(operations_.at(handle));
