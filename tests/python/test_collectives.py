@@ -58,6 +58,26 @@ def test_allreduce_odd_sizes(count):
     assert torch.equal(got, pattern * ranks_sum())
 
 
+def test_scalars_and_empty_tensors():
+    me, n = rank(), size()
+    got = hvd.allreduce(torch.tensor(me + 1.0), op=hvd.Sum)
+    assert got.shape == () and got.item() == ranks_sum()
+    got = hvd.broadcast(torch.tensor(me + 1.0), n - 1)
+    assert got.shape == () and got.item() == n
+    assert hvd.allgather(torch.tensor(me + 1.0)).tolist() == [r + 1.0 for r in range(n)]
+    assert hvd.allgather(torch.zeros(0, 3)).shape == (0, 3)
+    got, received = hvd.alltoall(torch.zeros(0, 2), splits=[0] * n)
+    assert got.shape == (0, 2) and received.dtype == torch.int32 and received.tolist() == [0] * n
+    empty, full = hvd.grouped_allreduce([torch.zeros(0), torch.ones(2)], op=hvd.Sum)
+    assert empty.shape == (0,) and full.tolist() == [float(n)] * 2
+    # Horovod's deprecated average=.
+    assert hvd.allreduce(torch.ones(2), average=False).tolist() == [float(n)] * 2
+    assert hvd.allreduce(torch.full((2,), me + 1.0), average=True).tolist() == \
+        [ranks_sum() / n] * 2
+    with pytest.raises(ValueError):
+        hvd.allreduce(torch.ones(2), average=True, op=hvd.Sum)
+
+
 def test_allreduce_in_place_and_async():
     x = base([5, 4]) * (rank() + 1)
     out = hvd.allreduce_(x, op=hvd.Sum)
@@ -292,7 +312,7 @@ def scattered_rows(rows, r):
                          ids=str)
 def test_reducescatter_gives_the_first_ranks_one_row_more(op, dtype):
     n = size()
-    for rows, dims in [(2 * n + 1, 2), (n, 1), (3 * n, 3), (n + n // 2, 2)]:
+    for rows, dims in [(2 * n + 1, 2), (n, 1), (3 * n, 3), (n + n // 2, 2), (n - 1, 2)]:
         shape = [rows] + [3, 2][:dims - 1]
         x = base(shape, torch.int64, high=8)
         got = hvd.reducescatter((x * (rank() + 1)).to(dtype), op=op)
@@ -368,6 +388,21 @@ def test_mismatched_dtypes_roots_and_ops_fail_with_one_message():
                                                                            name="e.kind"),
                       "'e.kind'")
     assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(size())))
+
+
+@multi_rank("ranks that disagree")
+def test_a_group_one_of_whose_tensors_fails():
+    # The group's other tensors still run (hvd fails each tensor alone); synchronize raises once
+    # they are all done, never freeing an output hvd still writes into (which crashed).
+    r = rank()
+    for bad in [0, 1]:
+        for size in [4, 1 << 16]:
+            tensors = [torch.full((size,), r + 1.0) for _ in range(2)]
+            tensors[bad] = torch.ones(3 + r)
+            expect_same_error(lambda: hvd.grouped_allreduce(tensors, op=hvd.Sum),
+                              "Mismatched ALLREDUCE tensor shapes")
+            assert torch.equal(hvd.allreduce(torch.full((size,), r + 1.0), op=hvd.Sum),
+                               torch.full((size,), float(ranks_sum())))
 
 
 def test_arguments_a_rank_can_refuse_alone_are_value_errors():
