@@ -116,6 +116,7 @@ struct Slot {
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;  // alltoall: rows to each rank (empty: even)
   hvd_placement placement{};
+  hvd_reduce_op op = HVD_SUM;
   double prescale = 1;  // what hvd applies: floating-point tensors' factors
   double postscale = 1;
   double integer_postscale = 1;  // applied here once the operation succeeded
@@ -310,10 +311,16 @@ class Runtime {
               postscale, stream);
       slot.name = tensors.size() > 1 ? base + "." + std::to_string(i) : base;
       if (kind == Kind::alltoall) slot.splits = splits;
+      slot.op = static_cast<hvd_reduce_op>(op);
+      // Horovod averages integers by scaling the sum by postscale / size: one truncation, where
+      // hvd's average and then the postscale would truncate twice.
+      if (slot.op == HVD_AVERAGE && slot.integer_postscale != 1) {
+        slot.op = HVD_SUM;
+        slot.integer_postscale /= comm.size();
+      }
     }
     if (operation->slots.size() == 1) {
-      operation->requests.push_back(
-          submit_one(comm, kind, operation->slots[0], static_cast<hvd_reduce_op>(op), root));
+      operation->requests.push_back(submit_one(comm, kind, operation->slots[0], root));
     } else {
       std::vector<hvd_tensor> group;
       for (Slot& s : operation->slots) {
@@ -325,7 +332,7 @@ class Runtime {
         t.dtype = hvd_dtype_of(s.send.scalar_type());
         t.ndim = static_cast<int32_t>(s.shape.size());
         t.shape = s.shape.data();
-        t.op = static_cast<hvd_reduce_op>(op);
+        t.op = s.op;
         t.root = root;
         t.prescale = s.prescale;
         t.postscale = s.postscale;
@@ -474,7 +481,7 @@ class Runtime {
     }
   }
 
-  static hvd::Request submit_one(hvd::Comm& comm, Kind kind, Slot& s, hvd_reduce_op op, int root) {
+  static hvd::Request submit_one(hvd::Comm& comm, Kind kind, Slot& s, int root) {
     const hvd_dtype dtype = hvd_dtype_of(s.send.scalar_type());
     const hvd_placement* placement =
         s.placement.memory_type == HVD_MEMORY_CUDA ? &s.placement : nullptr;
@@ -483,7 +490,7 @@ class Runtime {
     hvd::Result<hvd::Request> r = [&]() -> hvd::Result<hvd::Request> {
       switch (kind) {
         case Kind::allreduce:
-          return comm.allreduce_async(s.name, send, recv, dtype, s.shape, op, s.prescale,
+          return comm.allreduce_async(s.name, send, recv, dtype, s.shape, s.op, s.prescale,
                                       s.postscale, placement);
         case Kind::allgather:
           return comm.allgather_async(s.name, send, nullptr, dtype, s.shape, placement);
@@ -492,7 +499,7 @@ class Runtime {
         case Kind::alltoall:
           return comm.alltoall_async(s.name, send, nullptr, dtype, s.shape, s.splits, placement);
         case Kind::reducescatter:
-          return comm.reduce_scatter_async(s.name, send, recv, dtype, s.shape, op, s.prescale,
+          return comm.reduce_scatter_async(s.name, send, recv, dtype, s.shape, s.op, s.prescale,
                                            s.postscale, placement);
       }
       return hvd::Status(HVD_ERR_INTERNAL, "unknown collective");
