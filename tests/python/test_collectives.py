@@ -155,6 +155,15 @@ def test_prescale_and_postscale_of_integers_scale_in_float64_and_truncate():
     # Towards zero, as C's cast: -1.5 is -1.
     got = hvd.allreduce(torch.tensor([-3], dtype=torch.int32), op=hvd.Sum, prescale_factor=0.5)
     assert got.tolist() == [-size()]
+    # An Average is the sum scaled by postscale / size, truncated once (Horovod's
+    # postscale_factor / size): at 2 ranks int(3 * 3 / 2) = 4, not int(3 / 2) * 3.
+    for dtype in [torch.int32, torch.int64, torch.int16]:
+        x = torch.full((size(),), rank() + 1, dtype=dtype)
+        expected = int(ranks_sum() * 3.0 / size())
+        got = hvd.allreduce(x, op=hvd.Average, postscale_factor=3.0)
+        assert got.tolist() == [expected] * size(), (dtype, got)
+        got = hvd.reducescatter(x, op=hvd.Average, postscale_factor=3.0)
+        assert got.tolist() == [expected], (dtype, got)
 
 
 def test_scales_of_a_group_that_mixes_integers_and_floats():
