@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import hvd.torch as hvd
-from helpers import base, ranks_sum
+from helpers import base, multi_rank, ranks_sum
 
 FLOATS = [torch.float32, torch.float64]
 
@@ -162,3 +162,40 @@ def test_allreduce_grad_through_a_computation():
     loss.backward()
     # Every rank's d loss / d y is [1, 3]; summed over n ranks, times a.
     assert torch.equal(w.grad, torch.tensor([size() * (rank() + 1.0), size() * 6.0]))
+
+
+@multi_rank("a process set smaller than the job")
+def test_grads_on_process_sets():
+    evens = hvd.add_process_set([r for r in range(size()) if r % 2 == 0])
+    odds = hvd.add_process_set([r for r in range(size()) if r % 2 == 1])
+    try:
+        mine = evens if evens.included() else odds
+        members, me = mine.ranks, mine.rank()
+        member_sum = sum(r + 1 for r in members)
+        k = len(members)
+        # allreduce: the set's gradients summed.
+        x = leaf([3], torch.float64)
+        hvd.allreduce(x, op=hvd.Sum, process_set=mine).backward(
+            torch.full((3,), rank() + 1.0, dtype=torch.float64))
+        assert x.grad.tolist() == [float(member_sum)] * 3
+        # allgather: this rank's rows (by its rank in the set) of the set's average gradient.
+        x = leaf([me + 1], torch.float64)
+        y = hvd.allgather(x, process_set=mine)
+        assert y.shape[0] == k * (k + 1) // 2
+        y.backward(torch.arange(1.0, y.shape[0] + 1, dtype=torch.float64) * (rank() + 1))
+        start = me * (me + 1) // 2
+        assert x.grad.tolist() == [(start + i + 1.0) * member_sum / k for i in range(me + 1)]
+        # broadcast: the root is a rank of the job; the others get zeros.
+        root = members[-1]
+        x = leaf([2], torch.float64)
+        hvd.broadcast(x, root, process_set=mine).backward(
+            torch.full((2,), rank() + 1.0, dtype=torch.float64))
+        assert x.grad.tolist() == [member_sum / k if rank() == root else 0.0] * 2
+        # reducescatter Sum: every member's gradient gathered, times the set's size.
+        x = leaf([k, 2], torch.float64)
+        hvd.reducescatter(x, op=hvd.Sum, process_set=mine).backward(
+            torch.full((1, 2), rank() + 1.0, dtype=torch.float64))
+        assert x.grad.tolist() == [[(r + 1.0) * k] * 2 for r in members]
+    finally:
+        hvd.remove_process_set(odds)
+        hvd.remove_process_set(evens)
