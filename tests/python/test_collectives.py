@@ -376,7 +376,7 @@ def test_mismatched_shapes_fail_with_one_message():
     expect_same_error(lambda: hvd.alltoall(torch.ones([2 * size(), 10 * (r + 1)]),
                                            name="e.a2a"), "Mismatched ALLTOALL tensor shapes")
     expect_same_error(lambda: hvd.reducescatter(torch.ones(size(), 1 + r), name="e.rs"),
-                      "shapes")
+                      "Mismatched REDUCESCATTER tensor shapes")
     # The job goes on.
     assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(size())))
 
@@ -389,13 +389,18 @@ def test_mismatched_dtypes_roots_and_ops_fail_with_one_message():
                       "Mismatched ALLREDUCE data types", "'e.dtype'")
     expect_same_error(lambda: hvd.allgather(torch.ones(3, dtype=dtype), name="e.gdtype"),
                       "Mismatched ALLGATHER data types")
-    expect_same_error(lambda: hvd.broadcast(torch.ones(3), r, name="e.root"), "'e.root'", "root")
+    expect_same_error(lambda: hvd.broadcast(torch.ones(3), r, name="e.root"),
+                      "Mismatched BROADCAST root ranks for tensor 'e.root'")
     op = hvd.Sum if r == 0 else hvd.Max
-    expect_same_error(lambda: hvd.allreduce(torch.ones(3), op=op, name="e.op"), "'e.op'")
+    expect_same_error(lambda: hvd.allreduce(torch.ones(3), op=op, name="e.op"),
+                      "Mismatched ALLREDUCE reduce ops for tensor 'e.op'")
+    expect_same_error(lambda: hvd.allreduce(torch.ones(3), prescale_factor=1.0 + r,
+                                            name="e.scale"),
+                      "Mismatched ALLREDUCE prescale factors for tensor 'e.scale'")
     # An allreduce and an allgather under one name.
     expect_same_error(lambda: (hvd.allreduce if r == 0 else hvd.allgather)(torch.ones(3),
                                                                            name="e.kind"),
-                      "'e.kind'")
+                      "Mismatched collective operations for tensor 'e.kind'")
     assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(size())))
 
 
