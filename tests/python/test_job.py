@@ -50,13 +50,14 @@ def test_init_again_after_shutdown():
 @multi_rank("a rank to wait for")
 def test_barrier_waits_for_every_rank():
     late = hvd.size() - 1
+    hvd.barrier()
     started = time.monotonic()
     if hvd.rank() == late:
-        time.sleep(0.3)
+        time.sleep(0.6)
     hvd.barrier()
     waited = time.monotonic() - started
-    if hvd.rank() != late:
-        assert waited > 0.25, waited
+    if hvd.rank() != late:  # the ranks left the first barrier within a fraction of that
+        assert waited > 0.3, waited
     hvd.barrier(process_set=hvd.global_process_set)
 
 
