@@ -81,9 +81,17 @@ def main(argv=None):
 
     accuracy = mnist.train_epochs(args, model, optimizer, train, validation, rank, size, log,
                                   metric_average)
-    if not args.plain:
-        dist.destroy_process_group()
-    return mnist.finish(args, accuracy, log)
+    status = mnist.finish(args, accuracy, log)
+    if args.plain:
+        return status
+    # torch 1.13 can deadlock tearing DDP down (its ProcessGroupGloo destructor joins a worker
+    # thread that waits for the GIL the destructor holds, pytorch/pytorch#56297): it hung here
+    # after training, in destroy_process_group() or at exit. The ranks meet, then leave without
+    # destructors.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":
