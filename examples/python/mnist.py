@@ -10,9 +10,10 @@ state broadcast, the optimizer wrapped in hvd.DistributedOptimizer, metrics aver
 hvd.allreduce. It trains hvd-mnist's network (train/mnist/main.cpp) on the same idx files with
 the same defaults, and rank 0 logs in hvd-mnist's format.
 
-The model, the data reader and the sharding are plain PyTorch and NumPy, importable without
-running anything: bench/python/mnist_ddp.py trains the same model on the same data with
-PyTorch's DistributedDataParallel.
+The model, the data reader, the sharding and the training loop are plain PyTorch and NumPy;
+importing this file runs nothing (hvd.torch is imported, not initialized), so
+bench/python/mnist_ddp.py trains the same model on the same data with PyTorch's
+DistributedDataParallel.
 """
 import argparse
 import ctypes
