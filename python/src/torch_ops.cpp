@@ -404,11 +404,7 @@ class Runtime {
     return {std::move(outputs), std::move(received)};
   }
 
-  size_t in_flight() const { return operations_.size(); }
-
  private:
-  static bool is_floating(at::ScalarType type) { return at::isFloatingType(type); }
-
   // The collective's n-th unnamed call on this process set: every rank derives the same name
   // as long as it makes the same calls in the same order, as Horovod requires.
   std::string auto_name(Kind kind, int set_id, bool grouped) {
@@ -427,7 +423,7 @@ class Runtime {
     at::Tensor send = tensor.contiguous();
     if (type == at::kShort) send = send.to(at::kInt);
     // Each tensor of a group by its own dtype: a group may mix integers and floats.
-    const bool integer_scales = reduces(kind) && !is_floating(type);
+    const bool integer_scales = reduces(kind) && !at::isFloatingType(type);
     if (integer_scales && prescale != 1) {
       send = (send.to(at::kDouble) * prescale).to(send.scalar_type());
     }
@@ -633,6 +629,4 @@ PYBIND11_MODULE(_ops, m) {
   });
   m.def("poll", [](int64_t handle) { return runtime().poll(handle); });
   m.def("wait", [](int64_t handle) { return runtime().wait(handle); });
-  m.def("in_flight", [] { return runtime().in_flight(); });
-  m.def("version", [] { return std::string(hvd_version()); });
 }
