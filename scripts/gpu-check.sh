@@ -182,8 +182,9 @@ run() {
 # README's job (2 ranks, --min-accuracy 0.96) with CUDA gradients, on nccl at 1 rank (the device
 # executor on LibTorch's stream) and on gloo at 2 ranks sharing the GPU (staged through host
 # memory), beside the same job on the CPU.
-train() {
-  local out=$1 why=""
+# Whether a GPU training row cannot run here: then the row says why (true), else nothing (false).
+training_skipped() {
+  local why=""
   if [ ! -d "$dir/train/mnist-digits" ]; then
     why="no MNIST digits in the bundle"
   elif ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
@@ -191,10 +192,13 @@ train() {
   elif ! command -v g++ >/dev/null; then
     why="no g++"
   fi
-  if [[ -n $why ]]; then
-    row "hvd-mnist on the GPU" "skipped: $why"
-    return 0
-  fi
+  [[ -n $why ]] || return 1
+  row "$1" "skipped: $why"
+}
+
+train() {
+  local out=$1
+  training_skipped "hvd-mnist on the GPU" && return 0
   local build
   build=$(mktemp -d)
   build_and_train "$out" "$build"
@@ -257,18 +261,8 @@ PY
 # headers), then examples/python/mnist.py with CUDA tensors on nccl at 1 rank and on gloo at 2
 # ranks sharing the GPU, as hvd-mnist above.
 python_train() {
-  local out=$1 why=""
-  if [ ! -d "$dir/train/mnist-digits" ]; then
-    why="no MNIST digits in the bundle"
-  elif ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    why="no PyTorch with a usable GPU (python3 -c 'import torch')"
-  elif ! command -v g++ >/dev/null; then
-    why="no g++"
-  fi
-  if [[ -n $why ]]; then
-    row "hvd.torch on the GPU" "skipped: $why"
-    return 0
-  fi
+  local out=$1
+  training_skipped "hvd.torch on the GPU" && return 0
   local package flags rc=0
   package=$(mktemp -d)
   cp -r "$root/python/hvd" "$package/"
