@@ -186,13 +186,13 @@ int main(int argc, char** argv) {
 
   const std::string call = o.call_for_rank.count(rank) ? o.call_for_rank[rank] : o.call;
   const uint64_t count = o.count_for_rank.count(rank) ? o.count_for_rank[rank] : o.count;
-  Buffers buffers = buffers_for(comm, call, count);
   if (rank == o.kill_rank) {
     std::thread([ms = o.kill_after_ms] {
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
       ::raise(SIGKILL);
     }).detach();
   }
+  Buffers buffers = buffers_for(comm, call, count);
   if (rank == o.late_rank) std::this_thread::sleep_for(std::chrono::milliseconds(o.late_ms));
   const auto start = std::chrono::steady_clock::now();
   const hvd_status s = run(comm, call, count, buffers);
