@@ -52,3 +52,22 @@ def test_other_collectives_fail_on_every_rank_while_a_rank_has_joined():
     # The job goes on.
     assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum),
                        torch.full((2,), float(hvd.size())))
+
+
+@multi_rank("a rank that joins and others that do not")
+def test_object_functions_agree_after_an_unnamed_call_only_some_ranks_made():
+    # The unnamed allgather counts on the ranks that submitted it only; the object functions
+    # that follow must not take their names from that count (Horovod's test_horovod_join_*).
+    try:
+        if hvd.rank() == 0:
+            hvd.join()
+        else:
+            with pytest.raises(hvd.HorovodInternalError):
+                hvd.allgather(torch.ones(2))
+            hvd.join()
+        assert hvd.allgather_object(hvd.rank()) == list(range(hvd.size()))
+        assert hvd.broadcast_object("from 1" if hvd.rank() == 1 else None,
+                                    root_rank=1) == "from 1"
+    finally:  # the unnamed counts now differ between ranks: a new session starts them alike
+        hvd.shutdown()
+        hvd.init()

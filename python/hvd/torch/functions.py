@@ -107,24 +107,27 @@ def _from_bytes(tensor):
     return _pickle.loads(tensor.numpy().tobytes())
 
 
-def _suffixed(name, suffix):
-    # Unnamed: the collectives' own numbering, alike on every rank whatever each rank passes
-    # (Horovod names them by the object's type, which differs where the other ranks pass None).
-    return None if name is None else name + suffix
+def _suffixed(name, default, suffix):
+    # Unnamed: one name per function, alike on every rank whatever each rank passes (Horovod
+    # names them by the object's type, which differs where the other ranks pass None) and
+    # whatever collectives some ranks ran alone before (a numbering would differ after those).
+    return (default if name is None else name) + suffix
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns root_rank's `obj` (anything picklable) on every rank."""
+    length_name = _suffixed(name, "broadcast_object", ".length")
+    bytes_name = _suffixed(name, "broadcast_object", ".bytes")
     if rank() == root_rank:
         payload = _to_bytes(obj)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
-        broadcast_(length, root_rank, _suffixed(name, ".length"), process_set=process_set)
-        broadcast_(payload, root_rank, _suffixed(name, ".bytes"), process_set=process_set)
+        broadcast_(length, root_rank, length_name, process_set=process_set)
+        broadcast_(payload, root_rank, bytes_name, process_set=process_set)
         return obj
     length = torch.zeros(1, dtype=torch.int64)
-    broadcast_(length, root_rank, _suffixed(name, ".length"), process_set=process_set)
+    broadcast_(length, root_rank, length_name, process_set=process_set)
     payload = torch.empty(int(length[0]), dtype=torch.uint8)
-    broadcast_(payload, root_rank, _suffixed(name, ".bytes"), process_set=process_set)
+    broadcast_(payload, root_rank, bytes_name, process_set=process_set)
     return _from_bytes(payload)
 
 
@@ -132,8 +135,10 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's `obj` (anything picklable), in rank order."""
     payload = _to_bytes(obj)
     lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64),
-                        name=_suffixed(name, ".lengths"), process_set=process_set)
-    gathered = allgather(payload, name=_suffixed(name, ".bytes"), process_set=process_set)
+                        name=_suffixed(name, "allgather_object", ".lengths"),
+                        process_set=process_set)
+    gathered = allgather(payload, name=_suffixed(name, "allgather_object", ".bytes"),
+                         process_set=process_set)
     objects, offset = [], 0
     for length in lengths.tolist():
         objects.append(_from_bytes(gathered[offset:offset + length]))
