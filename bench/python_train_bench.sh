@@ -83,7 +83,8 @@ speed() {
        }
        END { if (seconds > 0) printf "%.2f\n", samples / seconds; else print "nan" }' "$1"
 }
-# steps NP BACKEND: bench/python/mnist_steps.py in one job; prints its "steps:" line's fields
+# steps NP BACKEND: bench/python/mnist_steps.py in one job; prints its "steps:" line's fields (and
+# its CPU time per step to stderr)
 steps_job() {
   local np=$1 backend=$2
   local -a cmd=(env MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" "$hvdrun" -np "$np"
@@ -92,6 +93,7 @@ steps_job() {
   echo "  + ${cmd[*]}" >&2
   timeout -k 10 900 "${cmd[@]}" > "$work/out" 2>&1 ||
     { cat "$work/out" >&2; echo "FAILED: ${cmd[*]}" >&2; exit 1; }
+  sed -n 's/^\[0\]<stdout>:mnist_steps.py: \(CPU ms per step\)/    \1/p' "$work/out" >&2
   sed -n 's/^\[0\]<stdout>:steps: //p' "$work/out"
 }
 # field LINE NAME: the value after NAME in a "steps:" line

@@ -15,7 +15,10 @@ walk the same shard of the first epoch's shuffle. After --warmup steps of each, 
 a block of --block steps of each kind, the kinds' order rotating from round to round, each
 block ended by a barrier (torch.distributed's, the same for all three) so that it times the
 slowest rank. Rank 0 prints each kind's samples/s over all its blocks and, per pair of kinds,
-the median and range of the per-round ratios, then one line for scripts:
+the median and range of the per-round ratios, each kind's CPU time per step on rank 0 (its
+training thread, and all its other threads together: the libraries' communication threads,
+which on a machine whose cores the ranks' training threads fill take their time from training),
+then one line for scripts:
   steps: size N backend B bare R hvd R ddp R hvd/bare M hvd/ddp M ddp/bare M
 (R samples/s over all ranks; M the median per-round ratio of samples/s).
 """
@@ -88,9 +91,11 @@ def main(argv=None):
             optimizers[kind] = optim.SGD(models[kind].parameters(), lr=lr,
                                          momentum=args.momentum)
     next_batch = dict.fromkeys(KINDS, 0)
+    cpu = {k: [0.0, 0.0] for k in KINDS}  # seconds: the training thread's, the process's
 
     def run(kind, steps):
         model, optimizer = models[kind], optimizers[kind]
+        thread_cpu, process_cpu = time.thread_time(), time.process_time()
         for _ in range(steps):
             b = next_batch[kind] % batches
             next_batch[kind] += 1
@@ -100,6 +105,8 @@ def main(argv=None):
                        labels.index_select(0, index)).backward()
             optimizer.step()
         dist.barrier()
+        cpu[kind][0] += time.thread_time() - thread_cpu
+        cpu[kind][1] += time.process_time() - process_cpu
 
     log.info("world size %d, hvd backend %s, DDP over torch.distributed gloo, %d threads per "
              "rank; %d steps of each kind in blocks of %d after %d warmup steps of each; batch "
@@ -107,6 +114,7 @@ def main(argv=None):
                               args.warmup, args.batch_size))
     for kind in KINDS:
         run(kind, args.warmup)
+        cpu[kind] = [0.0, 0.0]
     seconds = dict.fromkeys(KINDS, 0.0)
     rounds = []  # per round: kind -> samples/s
     done, r = 0, 0
@@ -134,6 +142,10 @@ def main(argv=None):
     for a, b in pairs:
         log.info("per round %s/%s: median %.4f (range %.4f-%.4f) over %d rounds"
                  % ((a, b) + ratio(a, b) + (len(rounds),)))
+    per_step = {k: (cpu[k][0] * 1e3 / args.steps, (cpu[k][1] - cpu[k][0]) * 1e3 / args.steps)
+                for k in KINDS}
+    log.info("CPU ms per step on rank 0, training thread + other threads: "
+             + "  ".join("%s %.2f + %.2f" % ((k,) + per_step[k]) for k in KINDS))
     log("steps: size %d backend %s " % (size, hvd.backend())
         + " ".join("%s %.2f" % (k, rate[k]) for k in KINDS) + " "
         + " ".join("%s/%s %.4f" % (a, b, ratio(a, b)[0]) for a, b in pairs))
