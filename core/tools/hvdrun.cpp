@@ -133,6 +133,17 @@ bool parse(int argc, char** argv, Options* o) {
     } else if (arg == "--timeout") {
       if (!(v = value("--timeout"))) return false;
       o->timeout = v;
+      // The ranks' own check, once here rather than on every rank after the launch.
+      const auto checked = hvd::core::timeout_from_env([&](const std::string& name) {
+        return name == "HVD_TIMEOUT" ? std::optional<std::string>(o->timeout) : std::nullopt;
+      });
+      if (!checked.ok()) {
+        std::fprintf(stderr,
+                     "hvdrun: --timeout '%s' is not a number of seconds above 0 and at "
+                     "most 10000000\n",
+                     v);
+        return false;
+      }
     } else if (arg == "--plugin-path") {
       if (!(v = value("--plugin-path"))) return false;
       o->plugin_path = v;
