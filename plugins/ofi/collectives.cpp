@@ -298,7 +298,8 @@ Result<Tuning> Tuning::from_environment(const std::string& provider) {
                        size_from_env("HVD_OFI_RING_ALLREDUCE_BYTES", t.ring_allreduce_bytes, 0));
   HVD_ASSIGN_OR_RETURN(t.scatter_broadcast_bytes, size_from_env("HVD_OFI_SCATTER_BROADCAST_BYTES",
                                                                 t.scatter_broadcast_bytes, 0));
-  HVD_ASSIGN_OR_RETURN(t.segment_bytes, size_from_env("HVD_OFI_SEGMENT_BYTES", t.segment_bytes, 8));
+  HVD_ASSIGN_OR_RETURN(t.segment_bytes,
+                       size_from_env("HVD_OFI_SEGMENT_BYTES", t.segment_bytes, 4096));
   HVD_ASSIGN_OR_RETURN(
       t.segments_in_flight,
       size_from_env("HVD_OFI_SEGMENTS_IN_FLIGHT", t.segments_in_flight, 1, kMaxSegmentsInFlight));

@@ -56,8 +56,10 @@ log=$(env -u HVD_OFI_SEGMENT_BYTES -u FI_OFI_RXM_EAGER_LIMIT -u FI_OFI_RXM_BUFFE
 run_job HVD_OFI_SEGMENT_BYTES=1048576
 [[ "$(init_line)" == *"ring segments of 1048576 B" ]] || fail "HVD_OFI_SEGMENT_BYTES on shm: '$(init_line)'"
 # Values the knobs cannot take fail init on every rank, naming the knob and its range: a negative
-# one (which strtoull would wrap), one past the range, one that is not a number.
+# one (which strtoull would wrap), one past the range, one that is not a number, segments too
+# small to be worth a message (under 4 KiB).
 for bad in HVD_OFI_SEGMENTS_IN_FLIGHT=-1 HVD_OFI_SEGMENTS_IN_FLIGHT=1025 HVD_OFI_SEGMENT_BYTES=-8 \
+  HVD_OFI_SEGMENT_BYTES=8 \
   HVD_OFI_SEGMENT_BYTES=99999999999999999999 HVD_OFI_RING_ALLREDUCE_BYTES=64k; do
   log=$(env "$bad" HVD_OFI_PROVIDER=shm "$hvdrun" -np 2 --backend ofi --timeout 10 -- sh -c \
     '"$0"; s=$?; sleep 1; exit $s' "$hello" 2>&1) && { echo "$log" >&2; fail "$bad was taken"; }
