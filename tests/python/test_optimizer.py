@@ -173,6 +173,32 @@ def test_fp16_compression():
         assert p.grad.dtype == torch.float32 and torch.equal(p.grad, g)
 
 
+def lookups(r):  # Horovod's test_sparse_embeddings: rows that differ between ranks
+    return torch.tensor([[1, 2, 4, 5], [4, 3, 2, 9]] if r % 2 == 0 else [[1, 3, 4], [4, 7, 9]])
+
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_sparse_gradients_are_reduced_and_stay_sparse(sparse_as_dense):
+    # SparseAdam takes sparse gradients only: with sparse_as_dense too, the reduced gradient
+    # goes back to the optimizer sparse, as Horovod's does.
+    model = torch.nn.Embedding(10, 3, sparse=True)
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(model.parameters()), lr=0.1),
+                                   named_parameters=model.named_parameters(), op=hvd.Sum,
+                                   sparse_as_dense=sparse_as_dense)
+    expected = torch.zeros(10, 3)
+    for r in range(size()):
+        for row in lookups(r).flatten().tolist():
+            expected[row] += r + 1
+    for _ in range(2):
+        opt.zero_grad()
+        (model(lookups(rank())).sum() * (rank() + 1)).backward()
+        opt.synchronize()
+        assert model.weight.grad.is_sparse
+        assert torch.equal(model.weight.grad.to_dense(), expected)
+        with opt.skip_synchronize():
+            opt.step()
+
+
 def test_synchronize_then_step_under_skip_synchronize():
     model = Net()
     before = [p.detach().clone() for p in model.parameters()]

@@ -131,7 +131,7 @@ class _DistributedOptimizer:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         elif p.grad.is_sparse and self._hvd_sparse_as_dense:
-            p.grad = p.grad.to_dense()
+            return p.grad.to_dense()  # reduced dense, handed back sparse (synchronize)
         return p.grad
 
     def _hvd_submit(self, p):
@@ -203,7 +203,9 @@ class _DistributedOptimizer:
                 compressed, context = ctx
                 output = results[handle]
             reduced = self._hvd_compression.decompress(output, context)
-            if reduced.data_ptr() != p.grad.data_ptr():
+            if p.grad.is_sparse:  # sparse_as_dense: the optimizer (SparseAdam) takes it sparse
+                p.grad.zero_().add_(reduced.to_sparse())
+            elif reduced.data_ptr() != p.grad.data_ptr():
                 p.grad.copy_(reduced)
             self._hvd_delay[p] = self.backward_passes_per_step
         self._hvd_handles.clear()
