@@ -287,6 +287,9 @@ class Runtime {
     if (!s.ok()) fail(s);
     hvd::Result<int> last = request->last_joined();
     if (!last.ok()) fail(last.status());
+    // Ranks that joined at different times made different numbers of unnamed calls meanwhile
+    // (refused on the ranks that made them): every rank counts afresh from here.
+    names_.clear();
     return *last;
   }
 

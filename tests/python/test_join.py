@@ -55,11 +55,12 @@ def test_other_collectives_fail_on_every_rank_while_a_rank_has_joined():
 
 
 @multi_rank("a rank that joins and others that do not")
-def test_object_functions_agree_after_an_unnamed_call_only_some_ranks_made():
-    # The unnamed allgather counts on the ranks that submitted it only; the object functions
-    # that follow must not take their names from that count (Horovod's test_horovod_join_*).
-    try:
-        if hvd.rank() == 0:
+def test_unnamed_calls_agree_after_a_call_only_some_ranks_made():
+    # The unnamed allgather counts on the ranks that submitted it only (Horovod's
+    # test_horovod_join_allgather): the object functions that follow are named by themselves,
+    # and join() starts every rank's count afresh.
+    for first in range(hvd.size()):
+        if hvd.rank() == first:
             hvd.join()
         else:
             with pytest.raises(hvd.HorovodInternalError):
@@ -68,6 +69,5 @@ def test_object_functions_agree_after_an_unnamed_call_only_some_ranks_made():
         assert hvd.allgather_object(hvd.rank()) == list(range(hvd.size()))
         assert hvd.broadcast_object("from 1" if hvd.rank() == 1 else None,
                                     root_rank=1) == "from 1"
-    finally:  # the unnamed counts now differ between ranks: a new session starts them alike
-        hvd.shutdown()
-        hvd.init()
+    assert torch.equal(hvd.allgather(torch.full((1,), float(hvd.rank()))),
+                       torch.arange(hvd.size(), dtype=torch.float32))
