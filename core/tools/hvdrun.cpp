@@ -138,10 +138,7 @@ bool parse(int argc, char** argv, Options* o) {
         return name == "HVD_TIMEOUT" ? std::optional<std::string>(o->timeout) : std::nullopt;
       });
       if (!checked.ok()) {
-        std::fprintf(stderr,
-                     "hvdrun: --timeout '%s' is not a number of seconds above 0 and at "
-                     "most 10000000\n",
-                     v);
+        std::fprintf(stderr, "hvdrun: --timeout: %s\n", checked.status().message().c_str());
         return false;
       }
     } else if (arg == "--plugin-path") {

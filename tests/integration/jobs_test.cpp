@@ -102,7 +102,7 @@ TEST(Hvdrun, ExplainsBadUsage) {
   for (const char* timeout : {"0", "-1", "5s", "nan", "1e8"}) {
     r = run(kHvdrun + " -np 2 --timeout " + timeout + " " + kProbe);
     EXPECT_EQ(r.exit_code, 2) << timeout << ": " << r.output;
-    EXPECT_TRUE(has(r.output, std::string("hvdrun: --timeout '") + timeout +
+    EXPECT_TRUE(has(r.output, std::string("hvdrun: --timeout: HVD_TIMEOUT='") + timeout +
                                   "' is not a number of seconds above 0 and at most 10000000"))
         << r.output;
   }
