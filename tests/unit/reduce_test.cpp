@@ -147,6 +147,50 @@ TEST(Divide, TruncatesIntegersAndDividesFloats) {
   EXPECT_EQ(hvd_divide(&half, 1, HVD_FLOAT16, 0), HVD_ERR_INVALID_ARGUMENT);
 }
 
+// The kernels work in blocks with a scalar tail: every size around a block's edge, with the
+// output separate and aliasing either input, against the element-wise definition.
+template <typename T, typename W>
+void expect_blocks_match_the_definition(hvd_dtype dtype) {
+  for (const size_t n : {0, 1, 15, 16, 17, 31, 33, 1027}) {
+    std::vector<T> a(n), b(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = static_cast<T>(static_cast<int>(i % 23) - 11);
+      b[i] = static_cast<T>(static_cast<int>(i % 7) - 3);
+    }
+    const hvd_reduce_op ops[] = {HVD_SUM, HVD_AVERAGE, HVD_PRODUCT, HVD_MIN, HVD_MAX};
+    for (const hvd_reduce_op op : ops) {
+      std::vector<T> want(n);
+      for (size_t i = 0; i < n; ++i) {
+        const T x = a[i], y = b[i];
+        want[i] = op == HVD_PRODUCT ? static_cast<T>(static_cast<W>(x) * static_cast<W>(y))
+                  : op == HVD_MIN   ? (y < x ? y : x)
+                  : op == HVD_MAX   ? (y > x ? y : x)
+                                    : static_cast<T>(static_cast<W>(x) + static_cast<W>(y));
+      }
+      std::vector<T> out(n), in_a = a, in_b = b;
+      ASSERT_EQ(hvd_reduce(out.data(), a.data(), b.data(), n, dtype, op), HVD_SUCCESS);
+      ASSERT_EQ(hvd_reduce(in_a.data(), in_a.data(), b.data(), n, dtype, op), HVD_SUCCESS);
+      ASSERT_EQ(hvd_reduce(in_b.data(), a.data(), in_b.data(), n, dtype, op), HVD_SUCCESS);
+      EXPECT_EQ(out, want) << "dtype " << dtype << " op " << op << " count " << n;
+      EXPECT_EQ(in_a, want) << "out == a, dtype " << dtype << " op " << op << " count " << n;
+      EXPECT_EQ(in_b, want) << "out == b, dtype " << dtype << " op " << op << " count " << n;
+    }
+    std::vector<T> divided = a, want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = static_cast<T>(a[i] / static_cast<T>(3));
+    ASSERT_EQ(hvd_divide(divided.data(), n, dtype, 3), HVD_SUCCESS);
+    EXPECT_EQ(divided, want) << "divide, dtype " << dtype << " count " << n;
+  }
+}
+
+TEST(Reduce, BlocksAndTailsMatchTheDefinitionForEveryNativeType) {
+  expect_blocks_match_the_definition<uint8_t, uint8_t>(HVD_UINT8);
+  expect_blocks_match_the_definition<int8_t, uint8_t>(HVD_INT8);
+  expect_blocks_match_the_definition<int32_t, uint32_t>(HVD_INT32);
+  expect_blocks_match_the_definition<int64_t, uint64_t>(HVD_INT64);
+  expect_blocks_match_the_definition<float, float>(HVD_FLOAT32);
+  expect_blocks_match_the_definition<double, double>(HVD_FLOAT64);
+}
+
 TEST(Reduce, RejectsUnknownEnums) {
   int32_t x = 0;
   EXPECT_EQ(hvd_reduce(&x, &x, &x, 1, static_cast<hvd_dtype>(99), HVD_SUM),

@@ -88,16 +88,36 @@ static inline uint16_t hvd_float_to_bfloat16(float value) {
 
 /* ---- kernels -------------------------------------------------------------------------------- */
 
-#define HVD__LOOP(T, EXPR)                    \
-  do {                                        \
-    T* o_ = (T*)out;                          \
-    const T* a_ = (const T*)a;                \
-    const T* b_ = (const T*)b;                \
-    for (uint64_t i_ = 0; i_ < count; ++i_) { \
-      const T x = a_[i_];                     \
-      const T y = b_[i_];                     \
-      o_[i_] = (T)(EXPR);                     \
-    }                                         \
+/* Blocks of HVD__BLOCK elements loaded into locals before any store: a fixed trip count with no
+ * possible overlap between loads and stores is what GCC vectorizes at -O2 (its "very cheap"
+ * model leaves a plain loop over `count` scalar), and `out` may still alias `a` or `b` exactly.
+ * The scalar loop finishes the tail. */
+#define HVD__BLOCK 16
+
+#define HVD__LOOP(T, EXPR)                               \
+  do {                                                   \
+    T* o_ = (T*)out;                                     \
+    const T* a_ = (const T*)a;                           \
+    const T* b_ = (const T*)b;                           \
+    uint64_t i_ = 0;                                     \
+    for (; i_ + HVD__BLOCK <= count; i_ += HVD__BLOCK) { \
+      T xs_[HVD__BLOCK], ys_[HVD__BLOCK];                \
+      int j_;                                            \
+      for (j_ = 0; j_ < HVD__BLOCK; ++j_) {              \
+        xs_[j_] = a_[i_ + j_];                           \
+        ys_[j_] = b_[i_ + j_];                           \
+      }                                                  \
+      for (j_ = 0; j_ < HVD__BLOCK; ++j_) {              \
+        const T x = xs_[j_];                             \
+        const T y = ys_[j_];                             \
+        o_[i_ + j_] = (T)(EXPR);                         \
+      }                                                  \
+    }                                                    \
+    for (; i_ < count; ++i_) {                           \
+      const T x = a_[i_];                                \
+      const T y = b_[i_];                                \
+      o_[i_] = (T)(EXPR);                                \
+    }                                                    \
   } while (0)
 
 #define HVD__HALF_LOOP(TO_FLOAT, FROM_FLOAT, EXPR) \
@@ -282,13 +302,23 @@ HVD__DISPATCH hvd_status hvd_reduce(void* out, const void* a, const void* b, uin
   }
 }
 
-#define HVD__DIVIDE(T, EXPR)                  \
-  do {                                        \
-    T* p_ = (T*)buffer;                       \
-    for (uint64_t i_ = 0; i_ < count; ++i_) { \
-      const T x = p_[i_];                     \
-      p_[i_] = (T)(EXPR);                     \
-    }                                         \
+#define HVD__DIVIDE(T, EXPR)                                     \
+  do {                                                           \
+    T* p_ = (T*)buffer;                                          \
+    uint64_t i_ = 0;                                             \
+    for (; i_ + HVD__BLOCK <= count; i_ += HVD__BLOCK) {         \
+      T xs_[HVD__BLOCK];                                         \
+      int j_;                                                    \
+      for (j_ = 0; j_ < HVD__BLOCK; ++j_) xs_[j_] = p_[i_ + j_]; \
+      for (j_ = 0; j_ < HVD__BLOCK; ++j_) {                      \
+        const T x = xs_[j_];                                     \
+        p_[i_ + j_] = (T)(EXPR);                                 \
+      }                                                          \
+    }                                                            \
+    for (; i_ < count; ++i_) {                                   \
+      const T x = p_[i_];                                        \
+      p_[i_] = (T)(EXPR);                                        \
+    }                                                            \
   } while (0)
 
 /* buffer[i] /= divisor for i < count: the last step of HVD_AVERAGE. Integer types truncate
@@ -332,6 +362,7 @@ HVD__DISPATCH hvd_status hvd_divide(void* buffer, uint64_t count, hvd_dtype dtyp
 #undef HVD__OPS
 #undef HVD__HALF_OPS
 #undef HVD__DIVIDE
+#undef HVD__BLOCK
 
 #ifdef __cplusplus
 }
