@@ -4,17 +4,19 @@ namespace hvd::bench {
 
 Status run_through_hvd(Comm& comm, const CollectiveCall& c) {
   switch (c.collective) {
-    case Collective::kAllreduce:
+    case HVD_COLLECTIVE_ALLREDUCE:
       return comm.allreduce(c.send, c.recv, c.count, c.dtype, c.op, &c.placement);
-    case Collective::kAllgather:
+    case HVD_COLLECTIVE_ALLGATHER:
       return comm.allgather(c.send, c.recv, c.count, c.dtype, &c.placement);
-    case Collective::kBroadcast:
+    case HVD_COLLECTIVE_BROADCAST:
       return comm.broadcast(c.send, c.recv, c.count, c.dtype, c.root, &c.placement);
-    case Collective::kReduceScatter:
+    case HVD_COLLECTIVE_REDUCE_SCATTER:
       return comm.reduce_scatter(c.send, c.recv, c.count, c.dtype, c.op, &c.placement);
-    case Collective::kAlltoall:
+    case HVD_COLLECTIVE_ALLTOALL:
       return comm.alltoall(c.send, c.send_counts.data(), c.recv, c.count * c.send_counts.size(),
                            nullptr, c.dtype, &c.placement);
+    default:  // barrier and join are not benchmarked
+      break;
   }
   return error(HVD_ERR_INTERNAL, "unknown collective");
 }

@@ -16,7 +16,7 @@ namespace hvd::bench {
 // reduce_scatter, each rank's result (the input holds size x count); alltoall, what each rank
 // sends to each (send_counts, size entries of count; both buffers hold size x count).
 struct CollectiveCall {
-  Collective collective = Collective::kAllreduce;
+  hvd_collective collective = HVD_COLLECTIVE_ALLREDUCE;
   const void* send = nullptr;  // == recv for in place (for allgather: recv + rank's block)
   void* recv = nullptr;
   uint64_t count = 0;
@@ -35,7 +35,7 @@ class DirectLibrary {
   virtual ~DirectLibrary() = default;
   // The library's name for the call: "MPI_Allreduce", "gloo_algorithms::allreduce" (the Gloo
   // algorithms the plugin runs).
-  virtual std::string call_name(Collective collective) const = 0;
+  virtual std::string call_name(hvd_collective collective) const = 0;
   // Empty when the library can run this call directly; else why not ("MPI has no bfloat16").
   virtual std::string unsupported(const CollectiveCall& call) const = 0;
   virtual Status run(const CollectiveCall& call) = 0;

@@ -26,18 +26,20 @@ class DirectMpi final : public DirectLibrary {
   DirectMpi(const DirectMpi&) = delete;
   DirectMpi& operator=(const DirectMpi&) = delete;
 
-  std::string call_name(Collective c) const override {
+  std::string call_name(hvd_collective c) const override {
     switch (c) {
-      case Collective::kAllreduce:
+      case HVD_COLLECTIVE_ALLREDUCE:
         return "MPI_Allreduce";
-      case Collective::kAllgather:
+      case HVD_COLLECTIVE_ALLGATHER:
         return "MPI_Allgather";
-      case Collective::kBroadcast:
+      case HVD_COLLECTIVE_BROADCAST:
         return "MPI_Bcast";
-      case Collective::kReduceScatter:
+      case HVD_COLLECTIVE_REDUCE_SCATTER:
         return "MPI_Reduce_scatter_block";
-      case Collective::kAlltoall:
+      case HVD_COLLECTIVE_ALLTOALL:
         return "MPI_Alltoall";
+      default:  // barrier and join are not benchmarked
+        break;
     }
     return "?";
   }
@@ -51,7 +53,7 @@ class DirectMpi final : public DirectLibrary {
       return std::string("MPI has no ") + hvd_reduce_op_name(c.op) + " op";
     }
     if (c.count > static_cast<uint64_t>(INT_MAX)) return "count above INT_MAX";
-    if (c.collective == Collective::kAlltoall && c.send == c.recv) return "never in place";
+    if (c.collective == HVD_COLLECTIVE_ALLTOALL && c.send == c.recv) return "never in place";
     return "";
   }
 
@@ -60,29 +62,31 @@ class DirectMpi final : public DirectLibrary {
     const MPI_Datatype type = builtin_type(c.dtype);
     int rc = MPI_SUCCESS;
     switch (c.collective) {
-      case Collective::kAllreduce:
+      case HVD_COLLECTIVE_ALLREDUCE:
         rc = MPI_Allreduce(c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, count, type,
                            builtin_op(c.op), comm_);
         break;
-      case Collective::kAllgather: {
+      case HVD_COLLECTIVE_ALLGATHER: {
         const char* mine = static_cast<const char*>(c.recv) +
                            static_cast<size_t>(rank_) * c.count * hvd_dtype_size(c.dtype);
         rc = MPI_Allgather(c.send == mine ? MPI_IN_PLACE : c.send, count, type, c.recv, count, type,
                            comm_);
         break;
       }
-      case Collective::kBroadcast:
+      case HVD_COLLECTIVE_BROADCAST:
         if (rank_ == c.root && c.send != c.recv) {
           std::memcpy(c.recv, c.send, c.count * hvd_dtype_size(c.dtype));
         }
         rc = MPI_Bcast(c.recv, count, type, c.root, comm_);
         break;
-      case Collective::kReduceScatter:  // in place: the input is recv's, as hvd's
+      case HVD_COLLECTIVE_REDUCE_SCATTER:  // in place: the input is recv's, as hvd's
         rc = MPI_Reduce_scatter_block(c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, count, type,
                                       builtin_op(c.op), comm_);
         break;
-      case Collective::kAlltoall:
+      case HVD_COLLECTIVE_ALLTOALL:
         rc = MPI_Alltoall(c.send, count, type, c.recv, count, type, comm_);
+        break;
+      default:  // barrier and join are not benchmarked
         break;
     }
     if (rc == MPI_SUCCESS) return Status::success();

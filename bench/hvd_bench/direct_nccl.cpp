@@ -30,28 +30,30 @@ class DirectNccl final : public DirectLibrary {
   DirectNccl(const DirectNccl&) = delete;
   DirectNccl& operator=(const DirectNccl&) = delete;
 
-  std::string call_name(Collective c) const override {
+  std::string call_name(hvd_collective c) const override {
     switch (c) {
-      case Collective::kAllreduce:
+      case HVD_COLLECTIVE_ALLREDUCE:
         return "ncclAllReduce";
-      case Collective::kAllgather:
+      case HVD_COLLECTIVE_ALLGATHER:
         return "ncclAllGather";
-      case Collective::kBroadcast:
+      case HVD_COLLECTIVE_BROADCAST:
         return "ncclBroadcast";
-      case Collective::kReduceScatter:
+      case HVD_COLLECTIVE_REDUCE_SCATTER:
         return "ncclReduceScatter";
-      case Collective::kAlltoall:
+      case HVD_COLLECTIVE_ALLTOALL:
         return "ncclSend/ncclRecv";
+      default:  // barrier and join are not benchmarked
+        break;
     }
     return "?";
   }
 
   std::string unsupported(const CollectiveCall& c) const override {
     if (c.placement.memory_type != HVD_MEMORY_CUDA) return "CUDA memory only";
-    if (c.collective == Collective::kAlltoall && c.send == c.recv) return "never in place";
+    if (c.collective == HVD_COLLECTIVE_ALLTOALL && c.send == c.recv) return "never in place";
     // hvd's in-place reduce-scatter leaves the result at the buffer's start, NCCL's at the rank's
     // block: not the same call.
-    if (c.collective == Collective::kReduceScatter && c.send == c.recv) {
+    if (c.collective == HVD_COLLECTIVE_REDUCE_SCATTER && c.send == c.recv) {
       return "NCCL's in-place reduce-scatter is another layout";
     }
     return "";
@@ -62,19 +64,19 @@ class DirectNccl final : public DirectLibrary {
     const ncclDataType_t type = data_type(c.dtype);
     ncclResult_t rc = ncclSuccess;
     switch (c.collective) {
-      case Collective::kAllreduce:
+      case HVD_COLLECTIVE_ALLREDUCE:
         rc = ncclAllReduce(c.send, c.recv, c.count, type, reduce_op(c.op), comm_, stream);
         break;
-      case Collective::kAllgather:
+      case HVD_COLLECTIVE_ALLGATHER:
         rc = ncclAllGather(c.send, c.recv, c.count, type, comm_, stream);
         break;
-      case Collective::kBroadcast:
+      case HVD_COLLECTIVE_BROADCAST:
         rc = ncclBroadcast(c.send, c.recv, c.count, type, c.root, comm_, stream);
         break;
-      case Collective::kReduceScatter:
+      case HVD_COLLECTIVE_REDUCE_SCATTER:
         rc = ncclReduceScatter(c.send, c.recv, c.count, type, reduce_op(c.op), comm_, stream);
         break;
-      case Collective::kAlltoall: {
+      case HVD_COLLECTIVE_ALLTOALL: {
         const size_t block = c.count * hvd_dtype_size(c.dtype);
         rc = ncclGroupStart();
         for (int r = 0; r < size_ && rc == ncclSuccess; ++r) {
@@ -88,6 +90,8 @@ class DirectNccl final : public DirectLibrary {
         if (rc == ncclSuccess) rc = ended;
         break;
       }
+      default:  // barrier and join are not benchmarked
+        break;
     }
     if (rc == ncclSuccess) return Status::success();
     return error(HVD_ERR_REMOTE, call_name(c.collective) + ": " + ncclGetErrorString(rc) + " (" +

@@ -127,11 +127,11 @@ class Runner {
 
   // Runs the table; `skipped` gets why not where the host or backend has no such call at all
   // (HVD_ERR_UNSUPPORTED on every rank), and the table is then empty.
-  Status run(Collective collective, std::string* skipped) {
+  Status run(hvd_collective collective, std::string* skipped) {
     const int n = comm_.size();
     // At least one element of the widest type per rank: the probe's call.
     const size_t max_bytes = std::max(static_cast<size_t>(o_.max_bytes), size_t{8} * n);
-    const size_t send_bytes = collective == Collective::kAllgather ? max_bytes / n : max_bytes;
+    const size_t send_bytes = collective == HVD_COLLECTIVE_ALLGATHER ? max_bytes / n : max_bytes;
     HVD_ASSIGN_OR_RETURN(send_, Buffer::allocate(o_.memory, device_, send_bytes, o_.huge_pages));
     HVD_ASSIGN_OR_RETURN(recv_, Buffer::allocate(o_.memory, device_, max_bytes, o_.huge_pages));
     expected_.assign(max_bytes, 0);
@@ -162,7 +162,7 @@ class Runner {
  private:
   // One call of one element per rank, out of place: "" where it ran on every rank, else why not
   // where every rank's failed with HVD_ERR_UNSUPPORTED (any other failure is an error).
-  Result<std::string> probe(Collective collective) {
+  Result<std::string> probe(hvd_collective collective) {
     const CollectiveCall c = make_call(collective, o_.dtypes.front(), o_.ops.front(), 1, 0);
     const Status s = run_through_hvd(comm_, c);
     if (!s.ok() && s.code() != HVD_ERR_UNSUPPORTED) return s;
@@ -174,8 +174,8 @@ class Runner {
   }
 
   // The call for one placement (0 out of place, 1 in place) of `count` elements per rank.
-  CollectiveCall make_call(Collective collective, hvd_dtype dtype, hvd_reduce_op op, uint64_t count,
-                           int placement) const {
+  CollectiveCall make_call(hvd_collective collective, hvd_dtype dtype, hvd_reduce_op op,
+                           uint64_t count, int placement) const {
     CollectiveCall c;
     c.collective = collective;
     c.dtype = dtype;
@@ -185,12 +185,12 @@ class Runner {
     c.recv = recv_.data();
     c.placement.memory_type = o_.memory;
     c.placement.device = o_.memory == HVD_MEMORY_CUDA ? device_ : -1;
-    if (collective == Collective::kAlltoall) {
+    if (collective == HVD_COLLECTIVE_ALLTOALL) {
       c.send_counts.assign(static_cast<size_t>(comm_.size()), count);
     }
     if (placement == 0) {
       c.send = send_.data();
-    } else if (collective == Collective::kAllgather) {
+    } else if (collective == HVD_COLLECTIVE_ALLGATHER) {
       c.send = recv_.data() + static_cast<size_t>(comm_.rank()) * count * hvd_dtype_size(dtype);
     } else {
       c.send = recv_.data();
@@ -202,11 +202,11 @@ class Runner {
   uint64_t elements(const CollectiveCall& c, bool input) const {
     const uint64_t n = static_cast<uint64_t>(comm_.size());
     switch (c.collective) {
-      case Collective::kAllgather:
+      case HVD_COLLECTIVE_ALLGATHER:
         return input ? c.count : c.count * n;
-      case Collective::kReduceScatter:
+      case HVD_COLLECTIVE_REDUCE_SCATTER:
         return input ? c.count * n : c.count;
-      case Collective::kAlltoall:
+      case HVD_COLLECTIVE_ALLTOALL:
         return c.count * n;
       default:
         return c.count;
@@ -224,22 +224,22 @@ class Runner {
     HVD_RETURN_IF_ERROR(recv_.upload(staging_.data(), result_bytes));
     char* input = staging_.data();
     switch (c.collective) {
-      case Collective::kAllreduce:
+      case HVD_COLLECTIVE_ALLREDUCE:
         fill_allreduce_input(input, c.count, c.dtype, c.op, rank, n);
         expected_allreduce(expected_.data(), c.count, c.dtype, c.op, n);
         break;
-      case Collective::kAllgather:
+      case HVD_COLLECTIVE_ALLGATHER:
         fill_block(input, c.count, c.dtype, rank);
         for (int r = 0; r < n; ++r) {
           fill_block(expected_.data() + static_cast<size_t>(r) * bytes, c.count, c.dtype, r);
         }
         break;
-      case Collective::kBroadcast:
+      case HVD_COLLECTIVE_BROADCAST:
         fill_block(input, c.count, c.dtype, c.root);
         std::memcpy(expected_.data(), input, bytes);
         if (rank != c.root && in_place) return Status::success();  // its input is the poison
         break;
-      case Collective::kReduceScatter: {
+      case HVD_COLLECTIVE_REDUCE_SCATTER: {
         // The allreduce's data over count x ranks elements; this rank keeps its block.
         const uint64_t total = c.count * static_cast<uint64_t>(n);
         fill_allreduce_input(input, total, c.dtype, c.op, rank, n);
@@ -247,13 +247,15 @@ class Runner {
         std::memmove(expected_.data(), expected_.data() + static_cast<size_t>(rank) * bytes, bytes);
         break;
       }
-      case Collective::kAlltoall:
+      case HVD_COLLECTIVE_ALLTOALL:
         // Block d of rank s's input, which d receives as its block s: a pattern of (s, d) alone.
         for (int d = 0; d < n; ++d) {
           fill_block(input + static_cast<size_t>(d) * bytes, c.count, c.dtype, rank * n + d);
           fill_block(expected_.data() + static_cast<size_t>(d) * bytes, c.count, c.dtype,
                      d * n + rank);
         }
+        break;
+      default:  // barrier and join are not benchmarked
         break;
     }
     const size_t input_bytes = elements(c, true) * element;
@@ -313,22 +315,22 @@ class Runner {
 
   // hvd's count argument for a message of `size` bytes (nccl-tests' size: allgather's gathered
   // output, reduce_scatter's input and alltoall's send buffer, each count x ranks elements).
-  uint64_t per_rank_count(Collective collective, hvd_dtype dtype, uint64_t size) const {
+  uint64_t per_rank_count(hvd_collective collective, hvd_dtype dtype, uint64_t size) const {
     const uint64_t element = hvd_dtype_size(dtype);
-    const bool split = collective == Collective::kAllgather ||
-                       collective == Collective::kReduceScatter ||
-                       collective == Collective::kAlltoall;
+    const bool split = collective == HVD_COLLECTIVE_ALLGATHER ||
+                       collective == HVD_COLLECTIVE_REDUCE_SCATTER ||
+                       collective == HVD_COLLECTIVE_ALLTOALL;
     return size / (split ? element * comm_.size() : element);
   }
 
-  Status measure(Collective collective, hvd_dtype dtype, std::optional<hvd_reduce_op> op,
+  Status measure(hvd_collective collective, hvd_dtype dtype, std::optional<hvd_reduce_op> op,
                  uint64_t size) {
     const int n = comm_.size();
     const size_t element = hvd_dtype_size(dtype);
     const uint64_t count = per_rank_count(collective, dtype, size);
-    const bool split = collective == Collective::kAllgather ||
-                       collective == Collective::kReduceScatter ||
-                       collective == Collective::kAlltoall;
+    const bool split = collective == HVD_COLLECTIVE_ALLGATHER ||
+                       collective == HVD_COLLECTIVE_REDUCE_SCATTER ||
+                       collective == HVD_COLLECTIVE_ALLTOALL;
     const uint64_t result_count = split ? count * n : count;  // the row's size, in elements
     const uint64_t result_size = result_count * element;
     const bool with_direct = direct_ != nullptr;
@@ -338,7 +340,7 @@ class Runner {
     message.count = result_count;
     message.dtype = dtype;
     message.op = op;
-    message.root = collective == Collective::kBroadcast ? o_.root : -1;
+    message.root = collective == HVD_COLLECTIVE_BROADCAST ? o_.root : -1;
     if (o_.latency) return measure_latency(collective, message, count);
     Row row;
     static_cast<Message&>(row) = message;
@@ -400,7 +402,7 @@ class Runner {
   }
 
   // OSU-style: each call timed alone; the statistics of every rank's samples, then over ranks.
-  Status measure_latency(Collective collective, const Message& message, uint64_t count) {
+  Status measure_latency(hvd_collective collective, const Message& message, uint64_t count) {
     const hvd_dtype dtype = message.dtype;
     const std::optional<hvd_reduce_op>& op = message.op;
     const bool small = message.size <= 8192;
@@ -714,7 +716,7 @@ class Bench {
     }
     const Result<core::Plugin> plugin =
         core::resolve_backend(comm.backend(), core::plugin_search_path(env_));
-    for (Collective collective : o_.collectives) {
+    for (hvd_collective collective : o_.collectives) {
       TableInfo table;
       table.backend = comm.backend();
       table.backend_version = plugin.ok() ? plugin->version : "";
@@ -838,13 +840,13 @@ class Bench {
   }
 
   // How hvd runs `collective` on this backend, where hvd has a fallback.
-  static std::string path_of(Collective collective, const core::Plugin& plugin) {
-    if (collective == Collective::kReduceScatter) {
+  static std::string path_of(hvd_collective collective, const core::Plugin& plugin) {
+    if (collective == HVD_COLLECTIVE_REDUCE_SCATTER) {
       return (plugin.capabilities & HVD_CAP_REDUCE_SCATTER) != 0
                  ? "the backend's reduce_scatter"
                  : "hvd's fallback: an allreduce of all count x ranks elements";
     }
-    if (collective == Collective::kAlltoall) {
+    if (collective == HVD_COLLECTIVE_ALLTOALL) {
       return plugin.alltoall != nullptr ? "the backend's alltoall"
                                         : "hvd's fallback: one broadcast per rank";
     }

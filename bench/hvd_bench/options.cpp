@@ -29,11 +29,11 @@ constexpr Named kTypes[] = {
 constexpr Named kOps[] = {{"sum", HVD_SUM},        {"prod", HVD_PRODUCT}, {"min", HVD_MIN},
                           {"max", HVD_MAX},        {"avg", HVD_AVERAGE},  {"product", HVD_PRODUCT},
                           {"average", HVD_AVERAGE}};
-constexpr Named kCollectives[] = {{"allreduce", static_cast<int>(Collective::kAllreduce)},
-                                  {"allgather", static_cast<int>(Collective::kAllgather)},
-                                  {"broadcast", static_cast<int>(Collective::kBroadcast)},
-                                  {"reduce_scatter", static_cast<int>(Collective::kReduceScatter)},
-                                  {"alltoall", static_cast<int>(Collective::kAlltoall)}};
+constexpr Named kCollectives[] = {{"allreduce", HVD_COLLECTIVE_ALLREDUCE},
+                                  {"allgather", HVD_COLLECTIVE_ALLGATHER},
+                                  {"broadcast", HVD_COLLECTIVE_BROADCAST},
+                                  {"reduce_scatter", HVD_COLLECTIVE_REDUCE_SCATTER},
+                                  {"alltoall", HVD_COLLECTIVE_ALLTOALL}};
 
 Status usage_error(const std::string& why) {
   return error(HVD_ERR_INVALID_ARGUMENT, why + " (see hvd-bench --help)");
@@ -153,27 +153,11 @@ Status check_compare_in(const std::string& name, const std::vector<std::string>&
   return Status::success();
 }
 
-const char* collective_name(Collective c) {
-  switch (c) {
-    case Collective::kAllreduce:
-      return "allreduce";
-    case Collective::kAllgather:
-      return "allgather";
-    case Collective::kBroadcast:
-      return "broadcast";
-    case Collective::kReduceScatter:
-      return "reduce_scatter";
-    case Collective::kAlltoall:
-      return "alltoall";
-  }
-  return "?";
+bool reduces(hvd_collective c) {
+  return c == HVD_COLLECTIVE_ALLREDUCE || c == HVD_COLLECTIVE_REDUCE_SCATTER;
 }
 
-bool reduces(Collective c) {
-  return c == Collective::kAllreduce || c == Collective::kReduceScatter;
-}
-
-bool has_in_place(Collective c) { return c != Collective::kAlltoall; }
+bool has_in_place(hvd_collective c) { return c != HVD_COLLECTIVE_ALLTOALL; }
 
 const char* type_name(hvd_dtype dtype) {
   for (const Named& n : kTypes) {
@@ -325,7 +309,7 @@ Result<Options> parse_options(int argc, char** argv) {
       });
     } else if (arg == "-C" || arg == "--collective") {
       s = take([&](const std::string& v) -> Status {
-        HVD_ASSIGN_OR_RETURN(o.collectives, parse_names<Collective>("-C", v, kCollectives, 5));
+        HVD_ASSIGN_OR_RETURN(o.collectives, parse_names<hvd_collective>("-C", v, kCollectives, 5));
         return Status::success();
       });
     } else if (arg == "-r" || arg == "--root") {

@@ -11,14 +11,12 @@
 
 namespace hvd::bench {
 
-enum class Collective { kAllreduce, kAllgather, kBroadcast, kReduceScatter, kAlltoall };
-const char* collective_name(Collective c);  // "allreduce", "reduce_scatter"
 // Whether a collective reduces (takes -o), and whether it has an in-place form.
-bool reduces(Collective c);
-bool has_in_place(Collective c);
+bool reduces(hvd_collective c);
+bool has_in_place(hvd_collective c);
 
 struct Options {
-  std::vector<Collective> collectives = {Collective::kAllreduce};
+  std::vector<hvd_collective> collectives = {HVD_COLLECTIVE_ALLREDUCE};
   std::vector<std::string> backends;  // empty: HVD_BACKEND (or gloo); {"all"}: every one found
   uint64_t min_bytes = 8;             // -b
   uint64_t max_bytes = 64ull << 20;   // -e

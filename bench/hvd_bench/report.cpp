@@ -109,14 +109,16 @@ double Report::busbw_factor(const TableInfo& table) const {
   const double n = table.ranks;
   if (table.ranks <= 1) return NAN;  // no bus at one rank: N/A, as nccl-tests' convention asks
   switch (table.collective) {
-    case Collective::kAllreduce:
+    case HVD_COLLECTIVE_ALLREDUCE:
       return 2 * (n - 1) / n;
-    case Collective::kAllgather:
-    case Collective::kReduceScatter:
-    case Collective::kAlltoall:
+    case HVD_COLLECTIVE_ALLGATHER:
+    case HVD_COLLECTIVE_REDUCE_SCATTER:
+    case HVD_COLLECTIVE_ALLTOALL:
       return (n - 1) / n;
-    case Collective::kBroadcast:
+    case HVD_COLLECTIVE_BROADCAST:
       return 1;
+    default:  // barrier and join are not benchmarked
+      break;
   }
   return NAN;
 }
@@ -187,7 +189,7 @@ void Report::skip(const std::string& backend, const std::string& why) {
 void Report::skip_table(const std::string& why) {
   const TableInfo info = tables_.back().info;
   tables_.pop_back();
-  skipped_.push_back(Skipped{info.backend, collective_name(info.collective), why});
+  skipped_.push_back(Skipped{info.backend, hvd_collective_name(info.collective), why});
   if (!printing_) return;
   std::printf("# skipped: %s\n#\n", why.c_str());
   std::fflush(stdout);
@@ -251,9 +253,10 @@ void Report::begin_table(const TableInfo& table) {
     }
     if (!added.reference && added.reference_missing.empty()) {
       added.reference_missing =
-          table.compare_with + " has no " + collective_name(table.collective) + " table";
+          table.compare_with + " has no " + hvd_collective_name(table.collective) + " table";
       for (const Skipped& k : skipped_) {
-        if (k.backend == table.compare_with && k.collective == collective_name(table.collective)) {
+        if (k.backend == table.compare_with &&
+            k.collective == hvd_collective_name(table.collective)) {
           added.reference_missing += " (" + k.reason + ")";
         }
       }
@@ -262,7 +265,7 @@ void Report::begin_table(const TableInfo& table) {
   tables_.push_back(added);
   if (!printing_) return;
   std::printf("# Backend %s %s over %s: %s", table.backend.c_str(), table.backend_version.c_str(),
-              table.transport.c_str(), collective_name(table.collective));
+              table.transport.c_str(), hvd_collective_name(table.collective));
   if (!table.path.empty()) std::printf(" (%s)", table.path.c_str());
   if (table.ranks != job_.ranks) std::printf(" on a process set of %d ranks", table.ranks);
   if (!table.direct_call.empty()) std::printf("; baseline: %s", table.direct_call.c_str());
@@ -627,7 +630,7 @@ Status Report::write_json(const std::string& path) const {
       o.str("backend", table.info.backend)
           .str("backend_version", table.info.backend_version)
           .str("transport", table.info.transport)
-          .str("collective", collective_name(table.info.collective))
+          .str("collective", hvd_collective_name(table.info.collective))
           .integer("ranks", table.info.ranks);
       if (!table.info.path.empty()) o.str("path", table.info.path);
       o.integer("size", static_cast<int64_t>(m.size))

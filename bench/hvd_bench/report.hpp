@@ -25,7 +25,7 @@ struct TableInfo {
   std::string backend;
   std::string backend_version;
   std::string transport;  // what the backend's bytes travel on, as far as hvd-bench can tell
-  Collective collective = Collective::kAllreduce;
+  hvd_collective collective = HVD_COLLECTIVE_ALLREDUCE;
   int ranks = 0;            // of the communicator measured (a process set's, with --process-set)
   std::string path;         // how hvd runs it, where it has a fallback ("hvd's fallback: ...")
   std::string direct_call;  // "MPI_Allreduce"; empty without --baseline (or without one)

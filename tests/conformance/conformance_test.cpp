@@ -730,6 +730,30 @@ TEST(Errors, InvalidDtypeAndOpAreRejectedBeforeTheBackend) {
   EXPECT_EQ(value, g_comm->size());
 }
 
+TEST(Errors, ATensorOfABarrierJoinOrUnknownKindIsRejectedBeforeTheScheduler) {
+  int32_t value = 1;
+  const int64_t shape[1] = {1};
+  for (const int kind :
+       {static_cast<int>(HVD_COLLECTIVE_BARRIER), static_cast<int>(HVD_COLLECTIVE_JOIN), 42}) {
+    hvd_tensor t{};
+    t.collective = static_cast<hvd_collective>(kind);
+    t.name = "conformance.kind";
+    t.sendbuf = &value;
+    t.recvbuf = &value;
+    t.dtype = HVD_INT32;
+    t.ndim = 1;
+    t.shape = shape;
+    t.op = HVD_SUM;
+    const auto requests = g_comm->grouped_async({t});
+    ASSERT_FALSE(requests.ok()) << kind;
+    EXPECT_EQ(requests.status().code(), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(requests.status().message(),
+              "collective " + std::to_string(kind) + " (" + hvd_collective_name(kind) +
+                  ") is not one a tensor can name: allreduce, allgather, broadcast, "
+                  "reduce_scatter or alltoall");
+  }
+}
+
 TEST(Errors, InconsistentAllgathervCountsAreRejected) {
   if (!declared(HVD_INT32, &kSum)) GTEST_SKIP() << undeclared(HVD_INT32, &kSum);
   int32_t value = 1;

@@ -25,7 +25,6 @@ namespace {
 
 using hvd::Status;
 using hvd::core::Completion;
-using hvd::core::OpType;
 using hvd::core::Scheduler;
 using hvd::core::SchedulerOptions;
 using hvd::core::Submission;
@@ -111,7 +110,7 @@ Submission allreduce(const std::string& name, const void* send, void* recv, hvd_
   s.name = name;
   s.send = send;
   s.recv = recv;
-  s.spec.type = OpType::kAllreduce;
+  s.spec.type = HVD_COLLECTIVE_ALLREDUCE;
   s.spec.dtype = dtype;
   s.spec.shape.assign(shape.begin(), shape.end());
   s.spec.op = op;
@@ -160,7 +159,7 @@ void run_workload(Job& job, const std::vector<Tensor>& tensors, uint32_t order_s
       s.name = t.name;
       s.send = ins[k].data();
       s.recv = outs[k].data();
-      s.spec.type = static_cast<OpType>(t.collective);
+      s.spec.type = t.collective;
       s.spec.dtype = t.dtype;
       s.spec.shape.assign(t.shape.begin(), t.shape.end());
       s.spec.op = t.op;
@@ -855,7 +854,7 @@ TEST(DeviceExecutor, OtherCollectivesRunOnHvdsStreamAfterTheirProducers) {
     std::vector<Submission> group;
     group.push_back(allgather("gather", in.data(), gathered.data(), HVD_INT32, {3}));
     group.push_back(allreduce("bcast", in.data(), broadcast.data(), HVD_INT32, {3}));
-    group.back().spec.type = OpType::kBroadcast;
+    group.back().spec.type = HVD_COLLECTIVE_BROADCAST;
     group.back().spec.root = 1;
     group.push_back(allreduce("sum", in.data(), reduced.data(), HVD_INT32, {3}));
     for (Submission& s : group) {
@@ -970,7 +969,7 @@ TEST(DeviceExecutor, AnUnevenScaledReduceScatterRunsOnTheDevice) {
     const size_t mine = rank == 0 ? 3 : 2;
     std::vector<double> out(2 * mine, -1);
     Submission s = allreduce("rs", in.data(), out.data(), HVD_FLOAT64, {7, 2});
-    s.spec.type = OpType::kReduceScatter;
+    s.spec.type = HVD_COLLECTIVE_REDUCE_SCATTER;
     s.spec.memory = HVD_MEMORY_CUDA;
     s.spec.device = rank;
     s.spec.prescale = 2;
@@ -1124,7 +1123,7 @@ TEST(Scheduler, AStagingCopyThatFailsFailsItsTensorAndTheJobGoesOn) {
 Submission allgather(const std::string& name, const void* send, void* recv, hvd_dtype dtype,
                      std::vector<int64_t> shape) {
   Submission s = allreduce(name, send, recv, dtype, std::move(shape));
-  s.spec.type = OpType::kAllgather;
+  s.spec.type = HVD_COLLECTIVE_ALLGATHER;
   return s;
 }
 
@@ -1283,7 +1282,7 @@ TEST(Scheduler, EveryMismatchIsTheSameErrorOnEveryRank) {
       "shape [4], but another rank sent a tensor of shape [2, 2].");
   expect_mismatch([](Submission& s) { s.spec.op = HVD_MAX; },
                   "Mismatched ALLREDUCE reduce ops for tensor 'x'");
-  expect_mismatch([](Submission& s) { s.spec.type = OpType::kAllgather; },
+  expect_mismatch([](Submission& s) { s.spec.type = HVD_COLLECTIVE_ALLGATHER; },
                   "Mismatched collective operations for tensor 'x': One rank did an ALLREDUCE, "
                   "but another rank did an ALLGATHER.");
   expect_mismatch([](Submission& s) { s.spec.prescale = 0.5; },
@@ -1309,7 +1308,7 @@ TEST(Scheduler, MismatchedBroadcastRootsAreTheSameErrorOnEveryRank) {
     s.name = "b";
     s.send = buf.data();
     s.recv = buf.data();
-    s.spec.type = OpType::kBroadcast;
+    s.spec.type = HVD_COLLECTIVE_BROADCAST;
     s.spec.dtype = HVD_INT32;
     s.spec.shape = {3};
     s.spec.root = rank == 2 ? 1 : 0;
@@ -1362,7 +1361,7 @@ TEST(Scheduler, BadArgumentsFailAtSubmission) {
   scaled.spec.prescale = 2;  // integers cannot be scaled
   EXPECT_EQ(code(scaled), HVD_ERR_INVALID_ARGUMENT);
   Submission root = allreduce("n", buf.data(), buf.data(), HVD_INT32, {4});
-  root.spec.type = OpType::kBroadcast;
+  root.spec.type = HVD_COLLECTIVE_BROADCAST;
   root.spec.root = 2;  // a job of 2
   EXPECT_EQ(code(root), HVD_ERR_INVALID_ARGUMENT);
 }
@@ -1502,7 +1501,7 @@ TEST(Scheduler, GroupedOnOneRankAndAloneOnAnotherIsAMismatchOnEveryRank) {
 Submission broadcast_of(const std::string& name, const void* send, void* recv, int64_t count,
                         int root) {
   Submission s = allreduce(name, send, recv, HVD_INT64, {count});
-  s.spec.type = OpType::kBroadcast;
+  s.spec.type = HVD_COLLECTIVE_BROADCAST;
   s.spec.root = root;
   return s;
 }
@@ -1574,7 +1573,7 @@ TEST(Scheduler, OtherCollectivesFailOnEveryRankWhileARankHasJoined) {
     }
     std::vector<int64_t> out(12);
     Submission gather = allreduce("g", in.data(), out.data(), HVD_INT64, {4});
-    gather.spec.type = OpType::kAllgather;
+    gather.spec.type = HVD_COLLECTIVE_ALLGATHER;
     const Status g = submit_and_wait(s, std::move(gather));
     EXPECT_EQ(g.code(), HVD_ERR_UNSUPPORTED) << g.to_string();
     const Status b = submit_and_wait(s, broadcast_of("bc", in.data(), out.data(), 4, 1));

@@ -69,6 +69,16 @@ hvd::sdk::InitContext Complete::last_context{0, 1, 0, 1, {}, "", hvd::sdk::Host(
 int Complete::aborts = 0;
 
 // The core and the plugins read whole numbers from the environment with it: digits alone.
+TEST(SdkTypes, EveryCollectiveKindHasItsName) {
+  const std::vector<std::string> names = {"allreduce", "allgather", "broadcast", "reduce_scatter",
+                                          "alltoall",  "barrier",   "join"};
+  ASSERT_EQ(names.size(), size_t{HVD_COLLECTIVE_COUNT});
+  for (int c = 0; c < HVD_COLLECTIVE_COUNT; ++c) EXPECT_EQ(hvd_collective_name(c), names[c]);
+  EXPECT_EQ(hvd_collective_name(HVD_COLLECTIVE_JOIN), std::string("join"));
+  EXPECT_STREQ(hvd_collective_name(-1), "?");
+  EXPECT_STREQ(hvd_collective_name(HVD_COLLECTIVE_COUNT), "?");
+}
+
 TEST(SdkEnv, ParseWholeTakesDigitsAloneWithinTheMaximum) {
   EXPECT_EQ(hvd::sdk::parse_whole("0"), 0u);
   EXPECT_EQ(hvd::sdk::parse_whole("007"), 7u);

@@ -179,15 +179,6 @@ HVD_API int hvd_comm_job_rank(const hvd_comm* comm, int rank);
  * and waited on from any thread. */
 typedef struct hvd_request hvd_request;
 
-typedef enum hvd_collective {
-  HVD_COLLECTIVE_ALLREDUCE = 0,
-  HVD_COLLECTIVE_ALLGATHER = 1,
-  HVD_COLLECTIVE_BROADCAST = 2,
-  HVD_COLLECTIVE_REDUCE_SCATTER = 3,
-  HVD_COLLECTIVE_ALLTOALL = 4,
-  HVD_ENUM_RANGE(HVD_COLLECTIVE_)
-} hvd_collective;
-
 /* One tensor of a grouped submission. Elements: the product of shape[0..ndim) (1 for ndim 0).
  * Allgather concatenates the ranks' tensors along the first dimension, in rank order; the ranks
  * may differ in it (not in the others). Its recvbuf, if given, holds size x this rank's elements,

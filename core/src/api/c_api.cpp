@@ -23,7 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using hvd::core::Communicator;
-using hvd::core::OpType;
 using hvd::core::seconds_text;
 using hvd::core::Submission;
 
@@ -206,7 +205,10 @@ hvd::Status submission_of(const hvd_tensor& t, int size, Submission* s) {
   HVD_RETURN_IF_ERROR(check_size(t.struct_size, HVD_TENSOR_SIZE_1_0, "hvd_tensor"));
   if (t.collective < HVD_COLLECTIVE_ALLREDUCE || t.collective > HVD_COLLECTIVE_ALLTOALL) {
     return hvd::error(HVD_ERR_INVALID_ARGUMENT,
-                      "collective " + std::to_string(t.collective) + " is not an hvd_collective");
+                      "collective " + std::to_string(t.collective) + " (" +
+                          hvd_collective_name(t.collective) +
+                          ") is not one a tensor can name: allreduce, allgather, broadcast, "
+                          "reduce_scatter or alltoall");
   }
   if (t.ndim < 0 || (t.ndim > 0 && t.shape == nullptr)) {
     return hvd::error(HVD_ERR_INVALID_ARGUMENT, "a shape is NULL or has negative ndim");
@@ -215,7 +217,7 @@ hvd::Status submission_of(const hvd_tensor& t, int size, Submission* s) {
   s->send = t.sendbuf;
   s->recv = t.recvbuf;
   hvd::core::TensorSpec& spec = s->spec;
-  spec.type = static_cast<OpType>(t.collective);
+  spec.type = t.collective;
   spec.dtype = t.dtype;
   if (t.ndim > 0) spec.shape.assign(t.shape, t.shape + t.ndim);
   spec.op = t.op;
@@ -311,7 +313,7 @@ void abort_comm(CommState& c, const hvd::Status& why) {
 // An alltoall's received counts go to `received` (its a.recv_counts is the recv buffer's
 // capacity then, one element).
 // With a task, the call is that task (run on the scheduler's thread in the call's place).
-hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
+hvd::Status through_scheduler(CommState& c, const char* api, hvd_collective type,
                               const hvd_collective_args& a, Clock::time_point entry,
                               uint64_t* received = nullptr,
                               std::function<hvd::Status()> task = {}) {
@@ -329,11 +331,11 @@ hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
   s.spec.memory = a.memory_type;
   s.spec.device = a.device;
   s.stream = a.stream;
-  if (type == OpType::kAlltoall) {  // rows of one element; the caller's capacity
+  if (type == HVD_COLLECTIVE_ALLTOALL) {  // rows of one element; the caller's capacity
     s.spec.splits.assign(a.send_counts, a.send_counts + c.impl->size());
     s.spec.output_capacity = a.recv_counts[0];
     s.capacity_given = true;
-  } else if (type == OpType::kReduceScatter) {
+  } else if (type == HVD_COLLECTIVE_REDUCE_SCATTER) {
     int64_t rows = 0;  // too many: a negative dimension, refused at submission
     if (a.count > static_cast<uint64_t>(INT64_MAX) ||
         __builtin_mul_overflow(static_cast<int64_t>(a.count), c.impl->size(), &rows)) {
@@ -382,10 +384,9 @@ hvd::Status through_scheduler(CommState& c, const char* api, OpType type,
 }
 
 // HVD_CHECK_ARGS: what each rank is about to call, compared before anyone calls it.
-constexpr int32_t kBarrier = -1;  // the record's type of a barrier (OpType has none)
 struct ArgsRecord {
   uint64_t sequence;  // the n-th checked call: ranks out of step show here too
-  int32_t type;       // OpType
+  int32_t type;       // hvd_collective
   int32_t dtype;
   uint64_t count;  // this rank's
   int32_t op;      // allreduce
@@ -398,38 +399,35 @@ struct ArgsRecord {
 static_assert(sizeof(ArgsRecord) == 264 && sizeof(ArgsRecord) % 8 == 0, "a fixed, padded record");
 
 std::string call_text(const ArgsRecord& r) {
-  if (r.type == kBarrier) return "barrier";
-  std::string text = hvd::core::op_type_name(static_cast<OpType>(r.type));
+  if (r.type == HVD_COLLECTIVE_BARRIER) return "barrier";
+  std::string text = hvd::core::op_type_name(static_cast<hvd_collective>(r.type));
   for (char& ch : text) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   text += " of " + std::to_string(r.count) + " " + hvd_dtype_name(static_cast<hvd_dtype>(r.dtype));
-  if (r.type == static_cast<int32_t>(OpType::kAllreduce) ||
-      r.type == static_cast<int32_t>(OpType::kReduceScatter)) {
+  if (r.type == HVD_COLLECTIVE_ALLREDUCE || r.type == HVD_COLLECTIVE_REDUCE_SCATTER) {
     text += std::string(" (") + hvd_reduce_op_name(static_cast<hvd_reduce_op>(r.op)) + ")";
   }
-  if (r.type == static_cast<int32_t>(OpType::kBroadcast))
-    text += " from root " + std::to_string(r.root);
+  if (r.type == HVD_COLLECTIVE_BROADCAST) text += " from root " + std::to_string(r.root);
   if (r.counts_hash != 0) text += " with recv_counts " + std::to_string(r.counts_hash);
   if (r.memory == HVD_MEMORY_CUDA) text += " in CUDA memory";
   return text;
 }
 
 // Every rank's record of this call; the same verdict on every rank.
-hvd::Status check_args(CommState& c, int32_t type, const hvd_collective_args& a,
+hvd::Status check_args(CommState& c, hvd_collective type, const hvd_collective_args& a,
                        const hvd::Status& mine) {
   ArgsRecord record{};
   record.sequence = c.checked_calls++;
   record.type = type;
   record.dtype = a.dtype;
   record.count = a.count;
-  const bool reduces = type == static_cast<int32_t>(OpType::kAllreduce) ||
-                       type == static_cast<int32_t>(OpType::kReduceScatter);
+  const bool reduces = type == HVD_COLLECTIVE_ALLREDUCE || type == HVD_COLLECTIVE_REDUCE_SCATTER;
   record.op = reduces ? a.op : 0;
   // An alltoall's counts are each rank's own (they are exchanged and checked next).
-  if (type == static_cast<int32_t>(OpType::kAlltoall)) record.count = 0;
-  record.root = type == static_cast<int32_t>(OpType::kBroadcast) ? a.root : 0;
+  if (type == HVD_COLLECTIVE_ALLTOALL) record.count = 0;
+  record.root = type == HVD_COLLECTIVE_BROADCAST ? a.root : 0;
   record.memory = a.memory_type;
   const int size = c.impl->world().size;
-  if (a.recv_counts != nullptr && type == static_cast<int32_t>(OpType::kAllgather)) {
+  if (a.recv_counts != nullptr && type == HVD_COLLECTIVE_ALLGATHER) {
     // FNV-1a of the counts: every rank passes the same array
     hvd::core::Fnv1a fnv;
     for (int r = 0; r < size; ++r) fnv.add(a.recv_counts[r]);
@@ -547,7 +545,7 @@ class Bounded {
 // A blocking collective: on the backend directly, or through the scheduler once it runs.
 // `check` is the communicator's own check of the arguments, `direct` the call.
 template <typename Check, typename Direct>
-hvd::Status collective(const hvd_comm* comm, const char* api, OpType type,
+hvd::Status collective(const hvd_comm* comm, const char* api, hvd_collective type,
                        const hvd_collective_args& args, Check&& check, Direct&& direct) {
   HVD_ASSIGN_OR_RETURN(const std::shared_ptr<CommState> c, require(comm));
   HVD_RETURN_IF_ERROR(usable(*c));
@@ -557,7 +555,7 @@ hvd::Status collective(const hvd_comm* comm, const char* api, OpType type,
   const Bounded bounded(*c->impl, api);
   if (c->check_args) {
     const hvd::Status mine = check(*c->impl);
-    HVD_RETURN_IF_ERROR(check_args(*c, static_cast<int32_t>(type), args, mine));
+    HVD_RETURN_IF_ERROR(check_args(*c, type, args, mine));
   }
   return direct(*c->impl);
 }
@@ -664,7 +662,7 @@ hvd::Status split_comm(const hvd_comm* comm, const Communicator::SplitRecord& mi
     // Alive whenever the task runs: hvd_finalize stops the scheduler before it lets go.
     CommState* parent = c.get();
     HVD_RETURN_IF_ERROR(through_scheduler(
-        *c, api, OpType::kAllreduce, hvd::core::host_args(nullptr, nullptr, 0, HVD_UINT8),
+        *c, api, HVD_COLLECTIVE_ALLREDUCE, hvd::core::host_args(nullptr, nullptr, 0, HVD_UINT8),
         Clock::now(), nullptr, [parent, mine, mine_valid, api, made]() -> hvd::Status {
           HVD_ASSIGN_OR_RETURN(*made, make_child(*parent, mine, mine_valid, api));
           return hvd::Status::success();
@@ -795,7 +793,7 @@ hvd_status hvd_allreduce(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
     HVD_RETURN_IF_ERROR(place(args, placement));
     args.op = op;
     return collective(
-        comm, "hvd_allreduce", OpType::kAllreduce, args,
+        comm, "hvd_allreduce", HVD_COLLECTIVE_ALLREDUCE, args,
         [&](Communicator& c) { return c.check_allreduce(args); },
         [&](Communicator& c) { return c.allreduce(args); });
   });
@@ -807,7 +805,7 @@ hvd_status hvd_allgather(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
     hvd_collective_args args = hvd::core::host_args(sendbuf, recvbuf, count, dtype);
     HVD_RETURN_IF_ERROR(place(args, placement));
     return collective(
-        comm, "hvd_allgather", OpType::kAllgather, args,
+        comm, "hvd_allgather", HVD_COLLECTIVE_ALLGATHER, args,
         [&](Communicator& c) { return c.check_allgather(args); },
         [&](Communicator& c) { return c.allgather(args); });
   });
@@ -825,7 +823,7 @@ hvd_status hvd_allgatherv(hvd_comm* comm, const void* sendbuf, void* recvbuf,
     args.count = rank >= 0 ? recv_counts[rank] : 0;
     args.recv_counts = recv_counts;
     return collective(
-        comm, "hvd_allgatherv", OpType::kAllgather, args,
+        comm, "hvd_allgatherv", HVD_COLLECTIVE_ALLGATHER, args,
         [&](Communicator& c) { return c.check_allgather(args); },
         [&](Communicator& c) { return c.allgather(args); });
   });
@@ -838,7 +836,7 @@ hvd_status hvd_broadcast(hvd_comm* comm, const void* sendbuf, void* recvbuf, uin
     HVD_RETURN_IF_ERROR(place(args, placement));
     args.root = root;
     return collective(
-        comm, "hvd_broadcast", OpType::kBroadcast, args,
+        comm, "hvd_broadcast", HVD_COLLECTIVE_BROADCAST, args,
         [&](Communicator& c) { return c.check_broadcast(args); },
         [&](Communicator& c) { return c.broadcast(args); });
   });
@@ -850,12 +848,12 @@ hvd_status hvd_barrier(hvd_comm* comm) {
     HVD_RETURN_IF_ERROR(usable(*c));
     if (c->scheduled.load(std::memory_order_acquire)) {
       uint64_t token = 0;  // a one-element allreduce, in the scheduler's order
-      return through_scheduler(*c, "hvd_barrier", OpType::kAllreduce,
+      return through_scheduler(*c, "hvd_barrier", HVD_COLLECTIVE_ALLREDUCE,
                                barrier_args(c->impl->plugin(), &token), Clock::now());
     }
     const Bounded bounded(*c->impl, "hvd_barrier");
     if (c->check_args) {
-      HVD_RETURN_IF_ERROR(check_args(*c, kBarrier,
+      HVD_RETURN_IF_ERROR(check_args(*c, HVD_COLLECTIVE_BARRIER,
                                      hvd::core::host_args(nullptr, nullptr, 0, HVD_UINT8),
                                      hvd::Status::success()));
     }
@@ -870,7 +868,7 @@ hvd_status hvd_reduce_scatter(hvd_comm* comm, const void* sendbuf, void* recvbuf
     HVD_RETURN_IF_ERROR(place(args, placement));
     args.op = op;
     return collective(
-        comm, "hvd_reduce_scatter", OpType::kReduceScatter, args,
+        comm, "hvd_reduce_scatter", HVD_COLLECTIVE_REDUCE_SCATTER, args,
         [&](Communicator& c) { return c.check_reduce_scatter(args); },
         [&](Communicator& c) { return c.reduce_scatter(args); });
   });
@@ -897,14 +895,13 @@ hvd_status hvd_alltoall(hvd_comm* comm, const void* sendbuf, const uint64_t* sen
     std::vector<uint64_t> received(static_cast<size_t>(size));
     if (c->scheduled.load(std::memory_order_acquire)) {
       args.recv_counts = &recv_capacity;
-      HVD_RETURN_IF_ERROR(through_scheduler(*c, "hvd_alltoall", OpType::kAlltoall, args,
+      HVD_RETURN_IF_ERROR(through_scheduler(*c, "hvd_alltoall", HVD_COLLECTIVE_ALLTOALL, args,
                                             Clock::now(), received.data()));
     } else {
       const Bounded bounded(*c->impl, "hvd_alltoall");
       const hvd::Status mine = c->impl->check_alltoall_send(args);
       if (c->check_args) {
-        HVD_RETURN_IF_ERROR(
-            check_args(*c, static_cast<int32_t>(OpType::kAlltoall), args, hvd::Status::success()));
+        HVD_RETURN_IF_ERROR(check_args(*c, HVD_COLLECTIVE_ALLTOALL, args, hvd::Status::success()));
       }
       HVD_ASSIGN_OR_RETURN(const std::vector<uint64_t> matrix,
                            alltoall_counts(*c, args, recv_capacity, mine));

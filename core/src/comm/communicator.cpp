@@ -637,7 +637,7 @@ Status Communicator::hierarchical_allreduce(const hvd_collective_args& a) {
     p.sendbuf = send + body * element;
     p.recvbuf = recv + body * element;
     p.count = tail;
-    status = call(Entry::kAllreduce, "allreduce", &p);
+    status = call(HVD_COLLECTIVE_ALLREDUCE, "allreduce", &p);
   }
   // A failure in a phase broke that communicator: it breaks this one too, and peers learn.
   if (!status.ok()) abort(status);
@@ -801,26 +801,25 @@ Communicator::Clock::time_point Communicator::deadline_from_now() const {
 
 namespace {
 
-hvd_status invoke(const Plugin& plugin, hvd_backend_comm* backend, int entry,
+hvd_status invoke(const Plugin& plugin, hvd_backend_comm* backend, hvd_collective entry,
                   const hvd_collective_args* args) {
-  static const char* const names[] = {"allreduce", "allgather",      "broadcast",
-                                      "barrier",   "reduce_scatter", "alltoall"};
-  const char* name = entry >= 0 && entry <= 5 ? names[entry] : "barrier";
-  return guarded(plugin.name, name, [&] {
+  return guarded(plugin.name, hvd_collective_name(entry), [&] {
     const hvd_backend_v1* table = plugin.table;
     switch (entry) {
-      case 0:
+      case HVD_COLLECTIVE_ALLREDUCE:
         return table->allreduce(backend, args);
-      case 1:
+      case HVD_COLLECTIVE_ALLGATHER:
         return table->allgather(backend, args);
-      case 2:
+      case HVD_COLLECTIVE_BROADCAST:
         return table->broadcast(backend, args);
-      case 4:
+      case HVD_COLLECTIVE_REDUCE_SCATTER:
         return table->reduce_scatter(backend, args);
-      case 5:
+      case HVD_COLLECTIVE_ALLTOALL:
         return plugin.alltoall(backend, args);
-      default:
+      case HVD_COLLECTIVE_BARRIER:
         return table->barrier(backend);
+      default:  // a join never reaches a backend
+        return HVD_ERR_INTERNAL;
     }
   });
 }
@@ -893,7 +892,7 @@ Status Communicator::broken_by(const char* what, hvd_status code, const std::str
   return health();  // this error, or one that broke it first (an abort that made the call fail)
 }
 
-Status Communicator::call(Entry entry, const char* what, const hvd_collective_args* args) {
+Status Communicator::call(hvd_collective entry, const char* what, const hvd_collective_args* args) {
   if (broken_.load(std::memory_order_acquire)) return health();
   if (plugin_.abort == nullptr) return call_on_runner(entry, what, args, deadline_from_now());
   {
@@ -908,7 +907,7 @@ Status Communicator::call(Entry entry, const char* what, const hvd_collective_ar
     overran_ = false;
   }
   begin_backend_call();
-  const hvd_status code = invoke(plugin_, backend_, static_cast<int>(entry), args);
+  const hvd_status code = invoke(plugin_, backend_, entry, args);
   bool overran = false;
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
@@ -920,8 +919,8 @@ Status Communicator::call(Entry entry, const char* what, const hvd_collective_ar
   return broken_by(what, code, backend_call_message(code));
 }
 
-Status Communicator::call_on_runner(Entry entry, const char* what, const hvd_collective_args* args,
-                                    Clock::time_point deadline) {
+Status Communicator::call_on_runner(hvd_collective entry, const char* what,
+                                    const hvd_collective_args* args, Clock::time_point deadline) {
   {
     std::lock_guard<std::mutex> lock(call_mutex_);
     if (broken_.load(std::memory_order_relaxed)) return broken_status_;
@@ -946,8 +945,8 @@ Status Communicator::call_on_runner(Entry entry, const char* what, const hvd_col
   }
 }
 
-Status Communicator::run_on_runner(Entry entry, const char* what, const hvd_collective_args* args,
-                                   Clock::time_point deadline) {
+Status Communicator::run_on_runner(hvd_collective entry, const char* what,
+                                   const hvd_collective_args* args, Clock::time_point deadline) {
   // The job owns everything it passes the plugin: the args, the counts they point to, and, for
   // host memory, copies of the buffers. A call walked away from may still write its result (its
   // data may have arrived): into its own copy then, never into memory its caller has freed.
@@ -966,7 +965,7 @@ Status Communicator::run_on_runner(Entry entry, const char* what, const hvd_coll
       owned->counts.assign(args->recv_counts, args->recv_counts + world_.size);
       owned->args.recv_counts = owned->counts.data();
     }
-    if (entry == Entry::kAlltoall) {
+    if (entry == HVD_COLLECTIVE_ALLTOALL) {
       owned->send_counts.assign(args->send_counts, args->send_counts + world_.size);
       owned->args.send_counts = owned->send_counts.data();
     }
@@ -976,24 +975,24 @@ Status Communicator::run_on_runner(Entry entry, const char* what, const hvd_coll
       uint64_t mine = 0;  // where this rank's input lies in the output when in place (elements)
       uint64_t total = args->count;
       uint64_t sent = args->count;
-      if (entry == Entry::kAllgather) {
+      if (entry == HVD_COLLECTIVE_ALLGATHER) {
         mine = static_cast<uint64_t>(world_.rank) * args->count;
         total = n * args->count;
         if (args->recv_counts != nullptr) {
           mine = sum(args->recv_counts, world_.rank);
           total = sum(args->recv_counts, world_.size);
         }
-      } else if (entry == Entry::kReduceScatter) {
+      } else if (entry == HVD_COLLECTIVE_REDUCE_SCATTER) {
         sent = n * args->count;
-      } else if (entry == Entry::kAlltoall) {
+      } else if (entry == HVD_COLLECTIVE_ALLTOALL) {
         total = sum(args->recv_counts, world_.size);
       }
       recv_bytes = total * element;
       const uint64_t send_bytes = sent * element;
       const char* user_recv = static_cast<const char*>(args->recvbuf);
       const bool in_place =
-          entry != Entry::kAlltoall && args->sendbuf == user_recv + mine * element;
-      const bool sends = entry != Entry::kBroadcast || args->root == world_.rank;
+          entry != HVD_COLLECTIVE_ALLTOALL && args->sendbuf == user_recv + mine * element;
+      const bool sends = entry != HVD_COLLECTIVE_BROADCAST || args->root == world_.rank;
       owned->recv.resize(
           std::max<uint64_t>({recv_bytes, in_place ? mine * element + send_bytes : 0, 1}));
       owned->args.recvbuf = owned->recv.data();
@@ -1013,8 +1012,7 @@ Status Communicator::run_on_runner(Entry entry, const char* what, const hvd_coll
   }
   hvd_backend_comm* backend = backend_;
   const std::optional<Runner::Outcome> outcome = runner_.run(
-      [plugin = plugin_, backend, owned, entry = static_cast<int>(entry),
-       has_args = args != nullptr] {
+      [plugin = plugin_, backend, owned, entry, has_args = args != nullptr] {
         begin_backend_call();
         return Runner::Outcome::of(
             invoke(plugin, backend, entry, has_args ? &owned->args : nullptr));
@@ -1031,9 +1029,10 @@ Status Communicator::run_on_runner(Entry entry, const char* what, const hvd_coll
   return Status::success();
 }
 
-Status Communicator::validate(Entry entry, const char* what, const hvd_collective_args& a) const {
-  const bool uses_op = entry == Entry::kAllreduce || entry == Entry::kReduceScatter;
-  const bool uses_root = entry == Entry::kBroadcast;
+Status Communicator::validate(hvd_collective entry, const char* what,
+                              const hvd_collective_args& a) const {
+  const bool uses_op = entry == HVD_COLLECTIVE_ALLREDUCE || entry == HVD_COLLECTIVE_REDUCE_SCATTER;
+  const bool uses_root = entry == HVD_COLLECTIVE_BROADCAST;
   auto invalid = [&](const std::string& why) {
     return error(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": " + why);
   };
@@ -1051,7 +1050,7 @@ Status Communicator::validate(Entry entry, const char* what, const hvd_collectiv
   if (__builtin_mul_overflow(a.count, element * static_cast<uint64_t>(world_.size), &total_bytes)) {
     return invalid("count " + std::to_string(a.count) + " overflows the buffer size");
   }
-  if (a.recv_counts != nullptr && entry == Entry::kAllgather) {
+  if (a.recv_counts != nullptr && entry == HVD_COLLECTIVE_ALLGATHER) {
     if ((plugin_.capabilities & HVD_CAP_ALLGATHERV) == 0 && a.memory_type != HVD_MEMORY_HOST &&
         !stages(a.memory_type)) {
       return error(HVD_ERR_UNSUPPORTED,
@@ -1073,7 +1072,7 @@ Status Communicator::validate(Entry entry, const char* what, const hvd_collectiv
     }
   }
   const bool needs_send = !uses_root || a.root == world_.rank;
-  if (entry == Entry::kAlltoall) {
+  if (entry == HVD_COLLECTIVE_ALLTOALL) {
     if (a.send_counts == nullptr) return invalid("send_counts is NULL");
     uint64_t sent = 0;
     for (int r = 0; r < world_.size; ++r) {
@@ -1185,7 +1184,7 @@ Status Communicator::staged(const char* what, const hvd_collective_args& a, uint
 }
 
 Status Communicator::allreduce(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(validate(Entry::kAllreduce, "allreduce", args));
+  HVD_RETURN_IF_ERROR(validate(HVD_COLLECTIVE_ALLREDUCE, "allreduce", args));
   if (through_staging(args.memory_type)) {
     const uint64_t bytes = args.count * hvd_dtype_size(args.dtype);
     return staged("allreduce", args, 0, bytes, bytes,
@@ -1198,11 +1197,11 @@ Status Communicator::allreduce(const hvd_collective_args& args) {
        args.dtype == HVD_FLOAT32 || args.dtype == HVD_FLOAT64)) {
     return hierarchical_allreduce(args);
   }
-  return call(Entry::kAllreduce, "allreduce", &args);
+  return call(HVD_COLLECTIVE_ALLREDUCE, "allreduce", &args);
 }
 
 Status Communicator::allgather(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(validate(Entry::kAllgather, "allgather", args));
+  HVD_RETURN_IF_ERROR(validate(HVD_COLLECTIVE_ALLGATHER, "allgather", args));
   if (through_staging(args.memory_type)) {
     const size_t element = hvd_dtype_size(args.dtype);
     uint64_t before = static_cast<uint64_t>(world_.rank) * args.count;  // this rank's offset
@@ -1220,7 +1219,7 @@ Status Communicator::allgather(const hvd_collective_args& args) {
   }
   if (args.recv_counts == nullptr || (plugin_.capabilities & HVD_CAP_ALLGATHERV) != 0) {
     const hvd_collective_args a = without_reduction(args);
-    return call(Entry::kAllgather, "allgather", &a);
+    return call(HVD_COLLECTIVE_ALLGATHER, "allgather", &a);
   }
   // A backend without allgatherv (host memory, checked above): each rank's part is broadcast
   // from it, in place in recvbuf.
@@ -1236,25 +1235,25 @@ Status Communicator::allgather(const hvd_collective_args& args) {
     piece.count = count;
     piece.root = r;
     piece.recv_counts = nullptr;
-    HVD_RETURN_IF_ERROR(call(Entry::kBroadcast, "allgatherv", &piece));
+    HVD_RETURN_IF_ERROR(call(HVD_COLLECTIVE_BROADCAST, "allgatherv", &piece));
     part += count * element;
   }
   return Status::success();
 }
 
 Status Communicator::broadcast(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(validate(Entry::kBroadcast, "broadcast", args));
+  HVD_RETURN_IF_ERROR(validate(HVD_COLLECTIVE_BROADCAST, "broadcast", args));
   if (through_staging(args.memory_type)) {
     const uint64_t bytes = args.count * hvd_dtype_size(args.dtype);
     return staged("broadcast", args, 0, args.root == world_.rank ? bytes : 0, bytes,
                   [&](const hvd_collective_args& host) { return broadcast(host); });
   }
   const hvd_collective_args a = without_reduction(args);
-  return call(Entry::kBroadcast, "broadcast", &a);
+  return call(HVD_COLLECTIVE_BROADCAST, "broadcast", &a);
 }
 
 Status Communicator::reduce_scatter(const hvd_collective_args& args) {
-  HVD_RETURN_IF_ERROR(validate(Entry::kReduceScatter, "reduce_scatter", args));
+  HVD_RETURN_IF_ERROR(validate(HVD_COLLECTIVE_REDUCE_SCATTER, "reduce_scatter", args));
   const size_t element = hvd_dtype_size(args.dtype);
   const uint64_t block = args.count * element;
   const uint64_t all = block * static_cast<uint64_t>(world_.size);
@@ -1263,7 +1262,7 @@ Status Communicator::reduce_scatter(const hvd_collective_args& args) {
                   [&](const hvd_collective_args& host) { return reduce_scatter(host); });
   }
   if ((plugin_.capabilities & HVD_CAP_REDUCE_SCATTER) != 0) {
-    return call(Entry::kReduceScatter, "reduce_scatter", &args);
+    return call(HVD_COLLECTIVE_REDUCE_SCATTER, "reduce_scatter", &args);
   }
   if (args.memory_type != HVD_MEMORY_HOST) {
     return error(HVD_ERR_UNSUPPORTED, "reduce_scatter: backend '" + plugin_.name +
@@ -1274,7 +1273,7 @@ Status Communicator::reduce_scatter(const hvd_collective_args& args) {
   hvd_collective_args whole = args;
   whole.recvbuf = scratch_.data();
   whole.count = args.count * static_cast<uint64_t>(world_.size);
-  HVD_RETURN_IF_ERROR(call(Entry::kAllreduce, "reduce_scatter (as allreduce)", &whole));
+  HVD_RETURN_IF_ERROR(call(HVD_COLLECTIVE_ALLREDUCE, "reduce_scatter (as allreduce)", &whole));
   if (block > 0) {
     std::memcpy(args.recvbuf, scratch_.data() + static_cast<uint64_t>(world_.rank) * block, block);
   }
@@ -1282,7 +1281,7 @@ Status Communicator::reduce_scatter(const hvd_collective_args& args) {
 }
 
 Status Communicator::alltoall(const hvd_collective_args& args, const uint64_t* matrix) {
-  HVD_RETURN_IF_ERROR(validate(Entry::kAlltoall, "alltoall", args));
+  HVD_RETURN_IF_ERROR(validate(HVD_COLLECTIVE_ALLTOALL, "alltoall", args));
   const size_t element = hvd_dtype_size(args.dtype);
   const int n = world_.size;
   if (args.recv_counts == nullptr) return error(HVD_ERR_INTERNAL, "alltoall: recv_counts unset");
@@ -1304,7 +1303,7 @@ Status Communicator::alltoall(const hvd_collective_args& args, const uint64_t* m
   }
   if (plugin_.alltoall != nullptr) {
     const hvd_collective_args a = without_reduction(args);
-    return call(Entry::kAlltoall, "alltoall", &a);
+    return call(HVD_COLLECTIVE_ALLTOALL, "alltoall", &a);
   }
   if (args.memory_type != HVD_MEMORY_HOST) {
     return error(HVD_ERR_UNSUPPORTED,
@@ -1326,7 +1325,7 @@ Status Communicator::alltoall(const hvd_collective_args& args, const uint64_t* m
       piece.root = root;
       piece.recv_counts = nullptr;
       piece.send_counts = nullptr;
-      HVD_RETURN_IF_ERROR(call(Entry::kBroadcast, "alltoall (as broadcasts)", &piece));
+      HVD_RETURN_IF_ERROR(call(HVD_COLLECTIVE_BROADCAST, "alltoall (as broadcasts)", &piece));
       if (row[world_.rank] > 0) {
         std::memcpy(out, scratch_.data() + before * element, row[world_.rank] * element);
       }
@@ -1349,22 +1348,22 @@ hvd_collective_args Communicator::control_args(const void* send, void* recv, siz
   return host_args(send, recv, bytes / hvd_dtype_size(dtype), dtype);
 }
 
-Status Communicator::barrier() { return call(Entry::kBarrier, "barrier", nullptr); }
+Status Communicator::barrier() { return call(HVD_COLLECTIVE_BARRIER, "barrier", nullptr); }
 
 Status Communicator::check_allreduce(const hvd_collective_args& args) const {
-  return validate(Entry::kAllreduce, "allreduce", args);
+  return validate(HVD_COLLECTIVE_ALLREDUCE, "allreduce", args);
 }
 Status Communicator::check_allgather(const hvd_collective_args& args) const {
-  return validate(Entry::kAllgather, "allgather", args);
+  return validate(HVD_COLLECTIVE_ALLGATHER, "allgather", args);
 }
 Status Communicator::check_broadcast(const hvd_collective_args& args) const {
-  return validate(Entry::kBroadcast, "broadcast", args);
+  return validate(HVD_COLLECTIVE_BROADCAST, "broadcast", args);
 }
 Status Communicator::check_reduce_scatter(const hvd_collective_args& args) const {
-  return validate(Entry::kReduceScatter, "reduce_scatter", args);
+  return validate(HVD_COLLECTIVE_REDUCE_SCATTER, "reduce_scatter", args);
 }
 Status Communicator::check_alltoall_send(const hvd_collective_args& args) const {
-  return validate(Entry::kAlltoall, "alltoall", args);
+  return validate(HVD_COLLECTIVE_ALLTOALL, "alltoall", args);
 }
 
 }  // namespace hvd::core

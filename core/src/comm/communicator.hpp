@@ -156,11 +156,10 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   // like a collective where the plugin can be aborted, else reported like init.
   Status call_split(const hvd_backend_init_args* args, hvd_backend_comm** child);
   Status finalize_backend();
-  enum class Entry { kAllreduce, kAllgather, kBroadcast, kBarrier, kReduceScatter, kAlltoall };
   // One bounded backend call (args NULL for a barrier).
-  Status call(Entry entry, const char* what, const hvd_collective_args* args);
+  Status call(hvd_collective entry, const char* what, const hvd_collective_args* args);
   // The same for a plugin without abort: on the runner, walked away from at the deadline.
-  Status call_on_runner(Entry entry, const char* what, const hvd_collective_args* args,
+  Status call_on_runner(hvd_collective entry, const char* what, const hvd_collective_args* args,
                         Clock::time_point deadline);
   // "<what> on backend 'x' failed: <message>", with the plugin's code if it is one of hvd's.
   Status failed(const char* what, hvd_status code, const std::string& message) const;
@@ -170,7 +169,7 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   Status timed_out_locked(const std::string& what) const;  // under call_mutex_
   Status finalized_already(const char* what) const;
   Status another_call(const char* what) const;
-  Status run_on_runner(Entry entry, const char* what, const hvd_collective_args* args,
+  Status run_on_runner(hvd_collective entry, const char* what, const hvd_collective_args* args,
                        Clock::time_point deadline);
   // Under call_mutex_: marks the communicator broken (the first reason sticks).
   void break_locked(const Status& why);
@@ -182,7 +181,7 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   void leak_for_stuck_call();
   // `args` for a call that reduces nothing, with an op the plugin declared.
   hvd_collective_args without_reduction(const hvd_collective_args& args) const;
-  Status validate(Entry entry, const char* what, const hvd_collective_args& args) const;
+  Status validate(hvd_collective entry, const char* what, const hvd_collective_args& args) const;
   // Whether a collective on `memory` runs staged: CUDA memory for a backend that takes host
   // memory only, host memory for one that takes CUDA memory only.
   int32_t device_for_host_memory() const;  // host_staging_device_, for a new communicator

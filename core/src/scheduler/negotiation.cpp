@@ -75,22 +75,25 @@ std::string number_text(double value) {
 
 }  // namespace
 
-const char* op_type_name(OpType type) {
+const char* op_type_name(hvd_collective type) {
   switch (type) {
-    case OpType::kAllreduce:
+    case HVD_COLLECTIVE_ALLREDUCE:
       return "ALLREDUCE";
-    case OpType::kAllgather:
+    case HVD_COLLECTIVE_ALLGATHER:
       return "ALLGATHER";
-    case OpType::kBroadcast:
+    case HVD_COLLECTIVE_BROADCAST:
       return "BROADCAST";
-    case OpType::kReduceScatter:
+    case HVD_COLLECTIVE_REDUCE_SCATTER:
       return "REDUCESCATTER";
-    case OpType::kAlltoall:
+    case HVD_COLLECTIVE_ALLTOALL:
       return "ALLTOALL";
-    case OpType::kJoin:
+    case HVD_COLLECTIVE_BARRIER:
+      return "BARRIER";
+    case HVD_COLLECTIVE_JOIN:
       return "JOIN";
+    default:
+      return "?";
   }
-  return "?";
 }
 
 uint64_t TensorSpec::elements() const {
@@ -162,7 +165,7 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
     if (!r.get(&op) || !r.get(&s.root) || !r.get(&memory) || !r.get(&device_executor) ||
         device_executor > 1 || !r.get(&s.device) || !r.get(&s.prescale) || !r.get(&s.postscale) ||
         !r.get(&s.group) || !r.get(&s.group_size) || !r.get(&s.output_capacity) ||
-        type >= kOpTypeCount) {
+        type >= HVD_COLLECTIVE_COUNT) {
       return corrupt();
     }
     uint32_t nsplits = 0;
@@ -174,7 +177,7 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
     int32_t error_code = 0;
     if (!r.get_string(&req.error) || !r.get(&error_code)) return corrupt();
     req.error_code = static_cast<hvd_status>(error_code);
-    s.type = static_cast<OpType>(type);
+    s.type = static_cast<hvd_collective>(type);
     s.dtype = static_cast<hvd_dtype>(dtype);
     s.op = static_cast<hvd_reduce_op>(op);
     s.memory = static_cast<hvd_memory_type>(memory);
@@ -208,7 +211,7 @@ std::string Negotiator::mismatch(const std::string& name, const TensorSpec& a,
   }
   // Allgather concatenates along the first dimension, in which the ranks may differ; alltoall
   // exchanges rows of it.
-  const bool rows_differ = a.type == OpType::kAllgather || a.type == OpType::kAlltoall;
+  const bool rows_differ = a.type == HVD_COLLECTIVE_ALLGATHER || a.type == HVD_COLLECTIVE_ALLTOALL;
   const bool shapes_differ =
       rows_differ ? a.shape.size() != b.shape.size() ||
                         !std::equal(a.shape.begin() + (a.shape.empty() ? 0 : 1), a.shape.end(),
@@ -219,12 +222,13 @@ std::string Negotiator::mismatch(const std::string& name, const TensorSpec& a,
            shape_text(a.shape) + ", but another rank sent a tensor of shape " +
            shape_text(b.shape) + (rows_differ ? " (only the first dimension may differ)." : ".");
   }
-  if ((a.type == OpType::kAllreduce || a.type == OpType::kReduceScatter) && a.op != b.op) {
+  if ((a.type == HVD_COLLECTIVE_ALLREDUCE || a.type == HVD_COLLECTIVE_REDUCE_SCATTER) &&
+      a.op != b.op) {
     return "Mismatched " + op + " reduce ops" + tensor + "One rank sent op " +
            hvd_reduce_op_name(a.op) + ", but another rank sent op " + hvd_reduce_op_name(b.op) +
            ".";
   }
-  if (a.type == OpType::kBroadcast && a.root != b.root) {
+  if (a.type == HVD_COLLECTIVE_BROADCAST && a.root != b.root) {
     return "Mismatched " + op + " root ranks" + tensor + "One rank specified root rank " +
            std::to_string(a.root) + ", but another rank specified root rank " +
            std::to_string(b.root) + ".";
@@ -295,12 +299,12 @@ bool Negotiator::complete(const Partial& partial) const {
 }
 
 std::string Negotiator::stand_in_refusal(const std::string& name, const TensorSpec& spec) const {
-  if (spec.type == OpType::kJoin) return {};
+  if (spec.type == HVD_COLLECTIVE_JOIN) return {};
   std::string ranks;
   for (int r = 0; r < size_; ++r) {
     if (joined(r)) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   }
-  if (ranks.empty() || (spec.type == OpType::kAllreduce && spec.memory == HVD_MEMORY_HOST))
+  if (ranks.empty() || (spec.type == HVD_COLLECTIVE_ALLREDUCE && spec.memory == HVD_MEMORY_HOST))
     return {};
   return std::string(op_type_name(spec.type)) + " '" + name + "' cannot run while rank(s) " +
          ranks +
@@ -329,10 +333,10 @@ Response Negotiator::respond(const std::string& name, Partial& partial) const {
     response.error = stand_in_refusal(name, reference);
     if (!response.error.empty()) response.error_code = HVD_ERR_UNSUPPORTED;
   }
-  if (response.error.empty() && response.spec.type == OpType::kAllgather) {
+  if (response.error.empty() && response.spec.type == HVD_COLLECTIVE_ALLGATHER) {
     response.error = first_dims_of(name, partial.by_rank, &response.first_dims);
   }
-  if (response.error.empty() && response.spec.type == OpType::kAlltoall) {
+  if (response.error.empty() && response.spec.type == HVD_COLLECTIVE_ALLTOALL) {
     response.error = splits_of(name, partial.by_rank, &response.first_dims);
     if (!response.error.empty()) response.error_code = HVD_ERR_INVALID_ARGUMENT;
   }
@@ -463,7 +467,7 @@ Negotiator::Ready Negotiator::cycle(const std::vector<uint8_t>& bits_ready,
   }
   for (size_t rank = 0; rank < requests.size(); ++rank) {
     for (const Request& request : requests[rank]) {
-      if (request.spec.type == OpType::kJoin) {
+      if (request.spec.type == HVD_COLLECTIVE_JOIN) {
         // From now on the rank counts as present for every tensor (with zeros), until every
         // rank has joined; what waited only for it is ready now.
         joined_[rank] = 1;

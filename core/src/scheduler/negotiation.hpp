@@ -23,26 +23,16 @@
 
 namespace hvd::core {
 
-// The values of hvd_collective, and join (hvd_join_async), which no backend call carries.
-enum class OpType : uint8_t {
-  kAllreduce = 0,
-  kAllgather = 1,
-  kBroadcast = 2,
-  kReduceScatter = 3,
-  kAlltoall = 4,
-  kJoin = 5
-};
-constexpr uint8_t kOpTypeCount = 6;
 // The name a join is negotiated under (one per communicator in flight on each rank).
 constexpr const char* kJoinName = "hvd.join";
-const char* op_type_name(OpType type);  // "ALLREDUCE", as Horovod's messages say
+const char* op_type_name(hvd_collective type);  // "ALLREDUCE", as Horovod's messages say
 
 // A tensor's dimensions, held inline up to 6 (a submission then allocates nothing for its shape).
 using Shape = boost::container::small_vector<int64_t, 6>;
 
 // What every rank must agree on for one named tensor.
 struct TensorSpec {
-  OpType type = OpType::kAllreduce;
+  hvd_collective type = HVD_COLLECTIVE_ALLREDUCE;
   hvd_dtype dtype = HVD_FLOAT32;
   Shape shape;
   hvd_reduce_op op = HVD_SUM;  // allreduce, reduce-scatter

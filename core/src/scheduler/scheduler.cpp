@@ -329,11 +329,12 @@ Status Scheduler::prepare(Submission& s) const {
   TensorSpec& spec = s.spec;
   if (hvd_dtype_size(spec.dtype) == 0)
     return invalid("dtype " + std::to_string(spec.dtype) + " is not an hvd_dtype");
-  const bool reduces = spec.type == OpType::kAllreduce || spec.type == OpType::kReduceScatter;
+  const bool reduces =
+      spec.type == HVD_COLLECTIVE_ALLREDUCE || spec.type == HVD_COLLECTIVE_REDUCE_SCATTER;
   if (reduces && (spec.op < 0 || spec.op >= HVD_REDUCE_OP_COUNT)) {
     return invalid("reduce op " + std::to_string(spec.op) + " is not an hvd_reduce_op");
   }
-  if (spec.type == OpType::kBroadcast && (spec.root < 0 || spec.root >= control_.size())) {
+  if (spec.type == HVD_COLLECTIVE_BROADCAST && (spec.root < 0 || spec.root >= control_.size())) {
     return invalid("root " + std::to_string(spec.root) + " is not a rank of this job of " +
                    std::to_string(control_.size()));
   }
@@ -356,15 +357,16 @@ Status Scheduler::prepare(Submission& s) const {
   spec.device_executor =
       cuda_to_backend &&
       probe_device(data_.cuda_device() >= 0 ? data_.cuda_device() : spec.device).ok();
-  const bool sends = spec.type != OpType::kBroadcast || spec.root == control_.rank();
+  const bool sends = spec.type != HVD_COLLECTIVE_BROADCAST || spec.root == control_.rank();
   // An allgather or alltoall without a recv buffer gets one from hvd, of the size that arrives
   // (host memory).
-  const bool gathers = spec.type == OpType::kAllgather || spec.type == OpType::kAlltoall;
+  const bool gathers =
+      spec.type == HVD_COLLECTIVE_ALLGATHER || spec.type == HVD_COLLECTIVE_ALLTOALL;
   const bool allocated = gathers && s.recv == nullptr && spec.memory == HVD_MEMORY_HOST;
   const int size = control_.size();
   const int64_t rows = spec.shape.empty() ? 1 : spec.shape[0];
   uint64_t receives = elements;  // what recv holds (a reduce-scatter's: this rank's rows)
-  if (spec.type == OpType::kReduceScatter) {
+  if (spec.type == HVD_COLLECTIVE_REDUCE_SCATTER) {
     if (spec.shape.empty()) return invalid("a reduce-scatter needs at least one dimension");
     const uint64_t row = rows == 0 ? 0 : elements / static_cast<uint64_t>(rows);
     const int64_t mine = rows / size + (control_.rank() < rows % size ? 1 : 0);
@@ -379,7 +381,7 @@ Status Scheduler::prepare(Submission& s) const {
           ")");
     }
   }
-  if (spec.type == OpType::kAlltoall) {
+  if (spec.type == HVD_COLLECTIVE_ALLTOALL) {
     if (spec.splits.empty()) {
       if (rows % size != 0) {
         return invalid("first dimension " + std::to_string(rows) + " does not divide by the " +
@@ -413,7 +415,7 @@ Status Scheduler::prepare(Submission& s) const {
       (elements > 0 && sends && s.send == nullptr)) {
     return invalid("buffer is NULL for " + std::to_string(elements) + " elements");
   }
-  if (spec.type == OpType::kAllgather) {
+  if (spec.type == HVD_COLLECTIVE_ALLGATHER) {
     // By default a recv buffer is sized for equal shapes: the ranks times this rank's elements.
     if (allocated) {
       spec.output_capacity = TensorSpec::kAllocated;
@@ -423,7 +425,7 @@ Status Scheduler::prepare(Submission& s) const {
   }
   // An alltoall's recv buffer holds what the caller said (hvd_alltoall), else as much as this
   // rank sends.
-  if (spec.type == OpType::kAlltoall) {
+  if (spec.type == HVD_COLLECTIVE_ALLTOALL) {
     if (s.recv == nullptr) {
       spec.output_capacity = allocated && !s.capacity_given ? TensorSpec::kAllocated : 0;
     } else if (!s.capacity_given) {
@@ -560,7 +562,7 @@ Result<std::vector<std::shared_ptr<Completion>>> Scheduler::submit_group(
 Result<std::shared_ptr<Completion>> Scheduler::join() {
   Submission s;
   s.name = kJoinName;
-  s.spec.type = OpType::kJoin;
+  s.spec.type = HVD_COLLECTIVE_JOIN;
   s.spec.dtype = HVD_UINT8;
   s.spec.shape = {0};
   return submit(std::move(s));
@@ -794,7 +796,7 @@ Status Scheduler::run_cycle(bool* stop) {
     }
     verdicts.push_back(
         Verdict{e, spec.group, spec.group_size, std::move(refused), {}, HVD_ERR_UNSUPPORTED});
-    if (spec.type == OpType::kAllgather || spec.type == OpType::kAlltoall) {
+    if (spec.type == HVD_COLLECTIVE_ALLGATHER || spec.type == HVD_COLLECTIVE_ALLTOALL) {
       verdicts.back().first_dims = negotiator_.cached_first_dims(bit);
     }
   }
@@ -914,7 +916,7 @@ void Scheduler::execute(std::vector<Verdict> ready) {
       finish(&e, error(v.error_code, v.error));
       continue;
     }
-    if (e.what.spec.type == OpType::kJoin) {
+    if (e.what.spec.type == HVD_COLLECTIVE_JOIN) {
       e.completion->set_last_joined(static_cast<int>(e.first_dims.at(0)));
       finish(&e, Status::success());
       continue;
@@ -927,10 +929,10 @@ void Scheduler::execute(std::vector<Verdict> ready) {
     }
     const TensorSpec& s = e.what.spec;
     const bool direct = s.memory == HVD_MEMORY_CUDA && !data_.stages(s.memory) && !on_device(s);
-    const bool fusable = s.type == OpType::kAllreduce && !direct && options_.fusion_threshold > 0 &&
-                         e.bytes() <= options_.fusion_threshold;
+    const bool fusable = s.type == HVD_COLLECTIVE_ALLREDUCE && !direct &&
+                         options_.fusion_threshold > 0 && e.bytes() <= options_.fusion_threshold;
     if (!fusable) {
-      if (s.type == OpType::kAllreduce && s.memory == HVD_MEMORY_CUDA && !direct) {
+      if (s.type == HVD_COLLECTIVE_ALLREDUCE && s.memory == HVD_MEMORY_CUDA && !direct) {
         // Staged: through the fusion buffer even alone, as that is its host memory. On the
         // device: the device executor scales it.
         std::vector<Entry*> alone{&e};
@@ -1166,7 +1168,7 @@ Status Scheduler::run_collective(Entry& e) {
   const uint64_t count = e.elements;
   Status status;
   switch (w.spec.type) {
-    case OpType::kAllreduce: {
+    case HVD_COLLECTIVE_ALLREDUCE: {
       const void* send = w.send;
       if (w.spec.prescale != 1) {
         scale(w.recv, w.send, count, w.spec.dtype, w.spec.prescale);
@@ -1176,19 +1178,23 @@ Status Scheduler::run_collective(Entry& e) {
       if (status.ok()) scale(w.recv, w.recv, count, w.spec.dtype, w.spec.postscale);
       break;
     }
-    case OpType::kAllgather:
+    case HVD_COLLECTIVE_ALLGATHER:
       status = run_allgather(e);
       break;
-    case OpType::kBroadcast:
+    case HVD_COLLECTIVE_BROADCAST:
       status = data_.broadcast(args_for(w, w.send, w.recv, count));
       break;
-    case OpType::kReduceScatter:
+    case HVD_COLLECTIVE_REDUCE_SCATTER:
       status = run_reduce_scatter(e);
       break;
-    case OpType::kAlltoall:
+    case HVD_COLLECTIVE_ALLTOALL:
       status = run_alltoall(e);
       break;
-    case OpType::kJoin:  // completed by execute(), never run
+    case HVD_COLLECTIVE_JOIN:  // completed by execute(), never run
+      break;
+    default:  // a barrier is never a submission's
+      status = error(HVD_ERR_INTERNAL, std::string(op_type_name(w.spec.type)) + " '" + w.name +
+                                           "' is not a collective the scheduler runs");
       break;
   }
   return status;

@@ -89,6 +89,22 @@ typedef enum hvd_memory_type {
   HVD_ENUM_RANGE(HVD_MEMORY_)
 } hvd_memory_type;
 
+/* The kind of a collective call. An application names one per tensor (hvd_tensor.collective,
+ * the first five only); the host's negotiation, its error texts and plugins that compare their
+ * ranks' calls before running them (gloo, ofi) carry it too. BARRIER is hvd_barrier, JOIN
+ * hvd_join_async: neither is ever an hvd_tensor's. */
+typedef enum hvd_collective {
+  HVD_COLLECTIVE_ALLREDUCE = 0,
+  HVD_COLLECTIVE_ALLGATHER = 1,
+  HVD_COLLECTIVE_BROADCAST = 2,
+  HVD_COLLECTIVE_REDUCE_SCATTER = 3,
+  HVD_COLLECTIVE_ALLTOALL = 4,
+  HVD_COLLECTIVE_BARRIER = 5,
+  HVD_COLLECTIVE_JOIN = 6,
+  HVD_ENUM_RANGE(HVD_COLLECTIVE_)
+} hvd_collective;
+#define HVD_COLLECTIVE_COUNT 7
+
 typedef enum hvd_log_level {
   HVD_LOG_ERROR = 0,
   HVD_LOG_WARNING = 1,
@@ -136,6 +152,12 @@ static inline const char* hvd_dtype_name(int dtype) {
 static inline const char* hvd_reduce_op_name(int op) {
   static const char* const names[HVD_REDUCE_OP_COUNT] = {"sum", "avg", "min", "max", "prod"};
   return (op >= 0 && op < HVD_REDUCE_OP_COUNT) ? names[op] : "?";
+}
+
+static inline const char* hvd_collective_name(int collective) {
+  static const char* const names[HVD_COLLECTIVE_COUNT] = {
+      "allreduce", "allgather", "broadcast", "reduce_scatter", "alltoall", "barrier", "join"};
+  return (collective >= 0 && collective < HVD_COLLECTIVE_COUNT) ? names[collective] : "?";
 }
 
 static inline const char* hvd_status_name(int status) {
