@@ -55,6 +55,7 @@
 #include "gloo_algorithms.hpp"
 #include "hvd/reduce.h"
 #include "hvd/sdk/backend.hpp"
+#include "hvd/sdk/call_shape.hpp"
 
 namespace {
 
@@ -260,65 +261,28 @@ class Sockets {
   std::vector<int> fds_;  // written before the communicator is handed out, then only read
 };
 
-// What a rank is about to run on the event-loop mesh, as words for one AllgatherRing: the shape,
-// which must be the same everywhere, then an allreduce's votes on reusing an algorithm object
-// (ReusedAllreduces::Fits), which the ranks combine.
-struct CallShape {
-  enum Kind : uint64_t {
-    kAllreduce = 1,
-    kAllgather,
-    kAllgatherv,
-    kBroadcast,
-    kReduceScatter,
-    kAlltoall
-  };
-  static constexpr uint64_t kMagic = 0x68766463616c6c31;  // "hvdcall1": not some other message
-  static constexpr size_t kWords = 6;
-  static constexpr size_t kRecordWords =
-      kWords + hvd::gloo_algorithms::ReusedAllreduces::kMaxEntries;
-  using Words = std::array<uint64_t, kWords>;
+// What a rank is about to run on the event-loop mesh, as words for one AllgatherRing: its call's
+// shape, which must be the same everywhere, then an allreduce's votes on reusing an algorithm
+// object (ReusedAllreduces::Fits), which the ranks combine. Alltoall's counts differ by rank: its
+// record carries the counts themselves after the shape (agree_on_alltoall).
+constexpr size_t kShapeWords = sizeof(hvd::sdk::CallShape) / sizeof(uint64_t);
+constexpr size_t kRecordWords = kShapeWords + hvd::gloo_algorithms::ReusedAllreduces::kMaxEntries;
 
-  // kind, dtype, count, then the op (allreduce, reduce_scatter), root (broadcast) or a hash of
-  // the per-rank counts (allgatherv). Alltoall's counts differ by rank: its shape is kind and
-  // dtype, and its record carries the counts themselves (agree_on_alltoall).
-  static Words of(Kind kind, hvd_dtype dtype, uint64_t count, uint64_t detail) {
-    return {kMagic, kind, static_cast<uint64_t>(dtype), count, detail, 0};
-  }
+void put_shape(const hvd::sdk::CallShape& shape, uint64_t* words) {
+  std::memcpy(words, &shape, sizeof shape);
+}
 
-  static std::string describe(const uint64_t* w) {
-    if (w[0] != kMagic) return "a collective of 64 KiB or less, or another call";
-    const auto dtype = static_cast<hvd_dtype>(w[2]);
-    const std::string of = " of " + std::to_string(w[3]) + " " + hvd_dtype_name(dtype);
-    switch (w[1]) {
-      case kAllreduce:
-        return "allreduce" + of + " (" + hvd_reduce_op_name(static_cast<int>(w[4])) + ")";
-      case kAllgather:
-        return "allgather" + of + " per rank";
-      case kAllgatherv:
-        return "allgatherv" + of + " in all (counts hash " + std::to_string(w[4]) + ")";
-      case kBroadcast:
-        return "broadcast" + of + " from rank " + std::to_string(w[4]);
-      case kReduceScatter:
-        return "reduce_scatter" + of + " per rank (" + hvd_reduce_op_name(static_cast<int>(w[4])) +
-               ")";
-      case kAlltoall:
-        return std::string("alltoall of ") + hvd_dtype_name(dtype);
-      default:
-        return "an unknown collective";
-    }
-  }
-};
+hvd::sdk::CallShape shape_at(const uint64_t* words) {
+  return hvd::sdk::CallShape::from_bytes(words);
+}
 
-// FNV-1a over allgatherv's per-rank counts, which every rank must pass alike.
-uint64_t hash_counts(const std::vector<size_t>& counts) {
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t c : counts) {
-    for (int byte = 0; byte < 8; ++byte) {
-      h ^= (static_cast<uint64_t>(c) >> (8 * byte)) & 0xff;
-      h *= 1099511628211ULL;
-    }
-  }
-  return h;
+// A peer whose call is not a record (a collective of 64 KiB or less, on the sync mesh) sends
+// other bytes.
+std::string describe_record(const uint64_t* words) {
+  const hvd::sdk::CallShape shape = shape_at(words);
+  return shape.magic == hvd::sdk::CallShape::kMagic
+             ? shape.describe()
+             : "a collective of 64 KiB or less, or another call";
 }
 
 class GlooBackend {
@@ -387,8 +351,7 @@ class GlooBackend {
     if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
     if (meshes_) {
       const size_t bytes = a.count * element;
-      const CallShape::Words shape =
-          CallShape::of(CallShape::kAllreduce, a.dtype, a.count, static_cast<uint64_t>(a.op));
+      const auto shape = hvd::sdk::CallShape::of(HVD_COLLECTIVE_ALLREDUCE, &a, size_);
       Status s;
       with_reduction(a.dtype, a.op, [&](auto t, const auto* reduction) {
         using T = decltype(t);
@@ -425,7 +388,7 @@ class GlooBackend {
     }
     const size_t bytes = a.count * element * static_cast<size_t>(size_);
     HVD_RETURN_IF_ERROR(agree_before_event_loop(
-        "allgather", bytes, CallShape::of(CallShape::kAllgather, a.dtype, a.count, 0)));
+        "allgather", bytes, hvd::sdk::CallShape::of(HVD_COLLECTIVE_ALLGATHER, &a, size_)));
     return guarded("allgather", [&] {
       with_element_type(element, [&](auto t) {
         using T = decltype(t);
@@ -444,9 +407,9 @@ class GlooBackend {
       std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
     }
     if (!meshes_) return Status::success();
-    HVD_RETURN_IF_ERROR(agree_before_event_loop(
-        "broadcast", a.count * element,
-        CallShape::of(CallShape::kBroadcast, a.dtype, a.count, static_cast<uint64_t>(a.root))));
+    HVD_RETURN_IF_ERROR(
+        agree_before_event_loop("broadcast", a.count * element,
+                                hvd::sdk::CallShape::of(HVD_COLLECTIVE_BROADCAST, &a, size_)));
     return guarded("broadcast", [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::broadcast(meshes_, static_cast<decltype(t)*>(a.recvbuf), a.count,
@@ -476,7 +439,7 @@ class GlooBackend {
       using T = decltype(t);
       s = agree_before_event_loop(
           "reduce_scatter", bytes,
-          CallShape::of(CallShape::kReduceScatter, a.dtype, a.count, static_cast<uint64_t>(a.op)));
+          hvd::sdk::CallShape::of(HVD_COLLECTIVE_REDUCE_SCATTER, &a, size_));
       if (!s.ok()) return;
       s = guarded("reduce_scatter", [&] {
         hvd::gloo_algorithms::reduce_scatter(meshes_, static_cast<const T*>(a.sendbuf),
@@ -511,7 +474,7 @@ class GlooBackend {
       return Status::success();
     }
     size_t total = 0;  // elements moved by the whole exchange, the same on every rank
-    HVD_RETURN_IF_ERROR(agree_on_alltoall(a.dtype, send_counts, recv_counts, &total));
+    HVD_RETURN_IF_ERROR(agree_on_alltoall(a, send_counts, recv_counts, &total));
     if (total == 0) return Status::success();
     return guarded("alltoall", [&] {
       with_element_type(element, [&](auto t) {
@@ -563,15 +526,15 @@ class GlooBackend {
   // `votes`, for an allreduce that reuses an algorithm object (at least 1 MiB, so always past
   // this exchange): this rank's ReusedAllreduces::fits() in, the minimum over the ranks out, which
   // saves ReusedAllreduces its own round trip.
-  Status agree_before_event_loop(const char* what, size_t bytes, const CallShape::Words& shape,
+  Status agree_before_event_loop(const char* what, size_t bytes, const hvd::sdk::CallShape& shape,
                                  hvd::gloo_algorithms::ReusedAllreduces::Fits* votes = nullptr) {
     if (bytes <= hvd::gloo_algorithms::kSyncMeshMaxBytes) return Status::success();
-    constexpr size_t kRecord = CallShape::kRecordWords;
+    constexpr size_t kRecord = kRecordWords;
     std::array<uint64_t, kRecord> mine{};
-    std::copy(shape.begin(), shape.end(), mine.begin());
+    put_shape(shape, mine.data());
     if (votes != nullptr) {
       for (size_t i = 0; i < votes->size(); ++i) {
-        mine[CallShape::kWords + i] = static_cast<uint64_t>((*votes)[i]);
+        mine[kShapeWords + i] = static_cast<uint64_t>((*votes)[i]);
       }
     }
     std::vector<uint64_t> all(kRecord * static_cast<size_t>(size_));
@@ -582,20 +545,19 @@ class GlooBackend {
     }));
     auto record = [&](int r) { return all.begin() + static_cast<ptrdiff_t>(r * kRecord); };
     bool same = true;
-    for (int r = 0; r < size_ && same; ++r)
-      same = std::equal(shape.begin(), shape.end(), record(r));
+    for (int r = 0; r < size_ && same; ++r) same = shape_at(&*record(r)) == shape;
     if (!same) {
       std::string text = std::string("gloo ") + what + ": the ranks called different collectives:";
       for (int r = 0; r < size_; ++r) {
         text += (r == 0 ? " rank " : "; rank ") + std::to_string(r) + " " +
-                CallShape::describe(&*record(r));
+                describe_record(&*record(r));
       }
       return Status(HVD_ERR_MISMATCH, text);
     }
     if (votes != nullptr) {
       for (int r = 0; r < size_; ++r) {
         for (size_t i = 0; i < votes->size(); ++i) {
-          (*votes)[i] = std::min((*votes)[i], static_cast<int>(record(r)[CallShape::kWords + i]));
+          (*votes)[i] = std::min((*votes)[i], static_cast<int>(record(r)[kShapeWords + i]));
         }
       }
     }
@@ -608,16 +570,16 @@ class GlooBackend {
   // words per rank). The same shapes everywhere, and counts where what each rank sends each other
   // is what that one expects: every rank goes on, knowing the elements the whole exchange moves
   // (`total`), which routes it. Otherwise every rank fails alike with HVD_ERR_MISMATCH.
-  Status agree_on_alltoall(hvd_dtype dtype, const std::vector<size_t>& send_counts,
+  Status agree_on_alltoall(const hvd_collective_args& a, const std::vector<size_t>& send_counts,
                            const std::vector<size_t>& recv_counts, size_t* total) {
     const auto ranks = static_cast<size_t>(size_);
-    const size_t words = CallShape::kWords + 2 * ranks;
-    const CallShape::Words shape = CallShape::of(CallShape::kAlltoall, dtype, 0, 0);
+    const size_t words = kShapeWords + 2 * ranks;
+    const hvd::sdk::CallShape shape = hvd::sdk::CallShape::of(HVD_COLLECTIVE_ALLTOALL, &a, size_);
     std::vector<uint64_t> mine(words);
-    std::copy(shape.begin(), shape.end(), mine.begin());
-    std::copy(send_counts.begin(), send_counts.end(), mine.begin() + CallShape::kWords);
+    put_shape(shape, mine.data());
+    std::copy(send_counts.begin(), send_counts.end(), mine.begin() + kShapeWords);
     std::copy(recv_counts.begin(), recv_counts.end(),
-              mine.begin() + static_cast<ptrdiff_t>(CallShape::kWords + ranks));
+              mine.begin() + static_cast<ptrdiff_t>(kShapeWords + ranks));
     std::vector<uint64_t> all(words * ranks);
     HVD_RETURN_IF_ERROR(guarded("alltoall", [&] {
       gloo::AllgatherRing<uint64_t>(meshes_.sync, {mine.data()}, all.data(),
@@ -626,19 +588,19 @@ class GlooBackend {
     }));
     auto record = [&](size_t r) { return all.data() + r * words; };
     for (size_t r = 0; r < ranks; ++r) {
-      if (std::equal(shape.begin(), shape.end(), record(r))) continue;
+      if (shape_at(record(r)) == shape) continue;
       std::string text = "gloo alltoall: the ranks called different collectives:";
       for (size_t q = 0; q < ranks; ++q) {
-        text += (q == 0 ? " rank " : "; rank ") + std::to_string(q) + " " +
-                CallShape::describe(record(q));
+        text +=
+            (q == 0 ? " rank " : "; rank ") + std::to_string(q) + " " + describe_record(record(q));
       }
       return Status(HVD_ERR_MISMATCH, text);
     }
     *total = 0;
     for (size_t p = 0; p < ranks; ++p) {
       for (size_t q = 0; q < ranks; ++q) {
-        const uint64_t sent = record(p)[CallShape::kWords + q];
-        const uint64_t expected = record(q)[CallShape::kWords + ranks + p];
+        const uint64_t sent = record(p)[kShapeWords + q];
+        const uint64_t expected = record(q)[kShapeWords + ranks + p];
         if (sent != expected) {
           return Status(HVD_ERR_MISMATCH,
                         "gloo alltoall: rank " + std::to_string(p) + " sends rank " +
@@ -670,9 +632,9 @@ class GlooBackend {
     char* mine = static_cast<char*>(a.recvbuf) + offset * element;
     if (a.count > 0 && a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
     if (!meshes_) return Status::success();
-    HVD_RETURN_IF_ERROR(agree_before_event_loop(
-        "allgatherv", total * element,
-        CallShape::of(CallShape::kAllgatherv, a.dtype, total, hash_counts(counts))));
+    HVD_RETURN_IF_ERROR(
+        agree_before_event_loop("allgatherv", total * element,
+                                hvd::sdk::CallShape::of(HVD_COLLECTIVE_ALLGATHER, &a, size_)));
     return guarded("allgatherv", [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::allgatherv(meshes_, static_cast<decltype(t)*>(a.recvbuf), counts);

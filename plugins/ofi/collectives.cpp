@@ -315,7 +315,7 @@ char* Collectives::scratch(size_t bytes) {
 // -----------------------------------------------------------------------------------
 
 Status Collectives::allreduce(const hvd_collective_args& args) {
-  return call("allreduce", &args, Shape::kCount | Shape::kOp, [&]() -> Status {
+  return call(HVD_COLLECTIVE_ALLREDUCE, &args, [&]() -> Status {
     const size_t bytes = args.count * hvd_dtype_size(args.dtype);
     if (ep_.size() == 1 || bytes < tuning_.ring_allreduce_bytes) {
       return allreduce_recursive_doubling(args);
@@ -396,7 +396,7 @@ Status Collectives::allreduce_recursive_doubling(const hvd_collective_args& args
 // -------------------------------------------------------------------
 
 Status Collectives::reduce_scatter(const hvd_collective_args& args) {
-  return call("reduce_scatter", &args, Shape::kCount | Shape::kOp, [&]() -> Status {
+  return call(HVD_COLLECTIVE_REDUCE_SCATTER, &args, [&]() -> Status {
     const int n = ep_.size();
     const size_t esize = hvd_dtype_size(args.dtype);
     if (n == 1) {
@@ -416,7 +416,7 @@ Status Collectives::reduce_scatter(const hvd_collective_args& args) {
 }
 
 Status Collectives::allgather(const hvd_collective_args& args) {
-  return call("allgather", &args, Shape::kCount | Shape::kCounts, [&]() -> Status {
+  return call(HVD_COLLECTIVE_ALLGATHER, &args, [&]() -> Status {
     const int n = ep_.size();
     const int r = ep_.rank();
     const size_t esize = hvd_dtype_size(args.dtype);
@@ -434,7 +434,7 @@ Status Collectives::allgather(const hvd_collective_args& args) {
 // -----------------------------------------------------------------------------------
 
 Status Collectives::broadcast(const hvd_collective_args& args) {
-  return call("broadcast", &args, Shape::kCount | Shape::kRoot, [&]() -> Status {
+  return call(HVD_COLLECTIVE_BROADCAST, &args, [&]() -> Status {
     const size_t bytes = args.count * hvd_dtype_size(args.dtype);
     if (ep_.rank() == args.root && args.sendbuf != args.recvbuf && bytes > 0) {
       std::memcpy(args.recvbuf, args.sendbuf, bytes);
@@ -501,7 +501,7 @@ Status Collectives::broadcast_scatter_allgather(const hvd_collective_args& args)
 // Round i: send to r + 2^i, receive from r - 2^i. After ceil(log2 n) rounds every rank has heard,
 // through some chain, from every other.
 Status Collectives::barrier() {
-  return call("barrier", nullptr, 0, [&]() -> Status {
+  return call(HVD_COLLECTIVE_BARRIER, nullptr, [&]() -> Status {
     const int n = ep_.size();
     const int r = ep_.rank();
     uint32_t round = 0;
@@ -515,7 +515,7 @@ Status Collectives::barrier() {
 }
 
 Status Collectives::alltoall(const hvd_collective_args& args) {
-  return call("alltoall", &args, 0, [&]() -> Status {
+  return call(HVD_COLLECTIVE_ALLTOALL, &args, [&]() -> Status {
     const int n = ep_.size();
     const int r = ep_.rank();
     const size_t esize = hvd_dtype_size(args.dtype);

@@ -64,18 +64,18 @@ class Collectives {
   Status broadcast_scatter_allgather(const hvd_collective_args& args);
   // A scratch buffer of at least `bytes`, kept across calls.
   char* scratch(size_t bytes);
-  // Runs `body` (a Status) as one call of the endpoint, named `what`, whose ranks agree on
-  // `args`' `fields` (a Shape's): begun, and ended however the body ends, an exception (no memory
-  // for a record or a buffer) included, so that a failure always breaks the endpoint and cancels
-  // what the call had posted.
+  // Runs `body` (a Status) as one call of the endpoint, whose ranks agree on `args` (a Shape):
+  // begun, and ended however the body ends, an exception (no memory for a record or a buffer)
+  // included, so that a failure always breaks the endpoint and cancels what the call had posted.
   template <typename Body>
-  Status call(const char* what, const hvd_collective_args* args, uint32_t fields, Body&& body) {
-    HVD_RETURN_IF_ERROR(ep_.begin(what, args, fields));
+  Status call(hvd_collective collective, const hvd_collective_args* args, Body&& body) {
+    HVD_RETURN_IF_ERROR(ep_.begin(collective, args));
     Status status;
     try {
       status = body();
     } catch (const std::exception& e) {
-      status = Status(HVD_ERR_SYSTEM, std::string("ofi ") + what + ": " + e.what());
+      status = Status(HVD_ERR_SYSTEM,
+                      std::string("ofi ") + hvd_collective_name(collective) + ": " + e.what());
     }
     return ep_.end(std::move(status));
   }

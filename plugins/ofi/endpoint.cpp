@@ -842,12 +842,11 @@ Result<bool> Endpoint::progress() {
 Status Endpoint::take_shape(int peer) {
   const size_t p = static_cast<size_t>(peer);
   shape_ops_[p].done = true;
-  ShapeMessage heard = shapes_heard_[p];
-  heard.shape.call[sizeof(heard.shape.call) - 1] = '\0';
+  const ShapeMessage& heard = shapes_heard_[p];
   const std::string what = std::string("ofi ") + call_ + ": " + name_of(peer) + " ";
-  if (std::memcmp(&heard.shape, &shape(), sizeof(Shape)) != 0) {
-    return Status(HVD_ERR_MISMATCH, what + "called " + describe(heard.shape) +
-                                        " where this rank called " + describe(shape()));
+  if (heard.shape != shape()) {
+    return Status(HVD_ERR_MISMATCH, what + "called " + heard.shape.describe() +
+                                        " where this rank called " + shape().describe());
   }
   for (const auto& [op, index, buffer] : deferred_) {
     if (op->peer == peer && index == heard.index && op->bytes != heard.bytes) {
@@ -887,55 +886,9 @@ Status Endpoint::post_deferred() {
 
 const Shape& Endpoint::shape() {
   if (shape_known_) return shape_;
-  shape_ = Shape{};
-  std::strncpy(shape_.call, call_, sizeof(shape_.call) - 1);
-  const hvd_collective_args* args = call_args_;
-  uint32_t fields = call_fields_;
-  if (args != nullptr) {
-    shape_.dtype = static_cast<uint32_t>(args->dtype);
-    if ((fields & Shape::kCounts) != 0 && args->recv_counts != nullptr) {
-      // allgatherv: each rank's own count is its entry in the counts every rank passes.
-      fields &= ~uint32_t{Shape::kCount};
-      uint64_t digest = 14695981039346656037ull;  // FNV-1a over the counts' bytes
-      for (int i = 0; i < size_; ++i) {
-        for (int b = 0; b < 8; ++b) {
-          digest = (digest ^ ((args->recv_counts[i] >> (8 * b)) & 0xff)) * 1099511628211ull;
-        }
-      }
-      shape_.counts_digest = digest;
-    } else {
-      fields &= ~uint32_t{Shape::kCounts};
-    }
-    if ((fields & Shape::kCount) != 0) shape_.count = args->count;
-    if ((fields & Shape::kOp) != 0) shape_.op = static_cast<uint32_t>(args->op);
-    if ((fields & Shape::kRoot) != 0) shape_.root = args->root;
-  } else {
-    fields = 0;
-  }
-  shape_.fields = fields;
+  shape_ = Shape::of(call_collective_, call_args_, size_);
   shape_known_ = true;
   return shape_;
-}
-
-std::string Endpoint::describe(const Shape& shape) {
-  std::string call(shape.call, strnlen(shape.call, sizeof(shape.call)));
-  for (char& c : call) {
-    if ((c < 'a' || c > 'z') && c != '_') c = '?';  // a peer's bytes, printed
-  }
-  std::string text = call + " of";
-  if ((shape.fields & Shape::kCount) != 0) text += " " + std::to_string(shape.count);
-  text += std::string(" ") + hvd_dtype_name(static_cast<int>(shape.dtype));
-  if ((shape.fields & Shape::kOp) != 0) {
-    text += std::string(" (") + hvd_reduce_op_name(static_cast<int>(shape.op)) + ")";
-  }
-  if ((shape.fields & Shape::kRoot) != 0) text += " from root " + std::to_string(shape.root);
-  if ((shape.fields & Shape::kCounts) != 0) {
-    char digest[48];
-    std::snprintf(digest, sizeof(digest), " with per-rank counts #%016llx",
-                  static_cast<unsigned long long>(shape.counts_digest));
-    text += digest;
-  }
-  return text;
 }
 
 void Endpoint::complete(Op* op) {

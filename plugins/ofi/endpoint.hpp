@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "hvd/sdk/backend.hpp"
+#include "hvd/sdk/call_shape.hpp"
 #include "hvd/sdk/signals.hpp"
 
 namespace hvd::ofi {
@@ -65,19 +66,9 @@ struct Op {
   size_t bytes = 0;  // posted length; a receive must get exactly this many
 };
 
-// What the ranks of a call agree on when they call alike: the sizes of the call's messages follow
-// from it. Plain bytes (compared whole), sent as they are.
-struct Shape {
-  enum Field : uint32_t { kCount = 1, kOp = 2, kRoot = 4, kCounts = 8 };
-  char call[16] = {};   // "allreduce", NUL-terminated
-  uint32_t fields = 0;  // which of the rest the call has
-  uint32_t dtype = 0;
-  uint32_t op = 0;
-  int32_t root = 0;
-  uint64_t count = 0;
-  uint64_t counts_digest = 0;  // of per-rank counts every rank passes alike (allgatherv)
-};
-static_assert(sizeof(Shape) == 48);
+// What the ranks of a call agree on when they call alike (the sizes of the call's messages follow
+// from it): plain bytes, compared whole and sent as they are.
+using Shape = hvd::sdk::CallShape;
 
 class Endpoint {
  public:
@@ -111,15 +102,16 @@ class Endpoint {
   // Fails at once when the endpoint is broken or aborted; otherwise starts a call named `what`
   // ("allreduce"), whose messages are told apart from every other call's. From begin() to end()
   // the call owns the endpoint (abort() uses it only while no call does).
-  // `args` and `fields`: what the ranks must agree on, the Shape's fields taken from `args`
-  // (see try_send); `args` (or nullptr: a barrier) stays valid until end().
-  Status begin(const char* what, const hvd_collective_args* args, uint32_t fields) {
+  // `args`: what the ranks must agree on, the call's Shape (see try_send); `args` (or nullptr: a
+  // barrier) stays valid until end().
+  Status begin(hvd_collective collective, const hvd_collective_args* args) {
+    const char* what = hvd_collective_name(collective);
     const uint32_t before = state_.fetch_or(kInCall, std::memory_order_acquire);
     if (before != 0 || broken_ || notice_arrived_) return refuse(before, what);
     if (++sequence_ == 0) ++sequence_;  // 0 marks "never" in the Shape records
     call_ = what;
+    call_collective_ = collective;
     call_args_ = args;
-    call_fields_ = fields;
     shape_known_ = false;
     // HVD_TIMEOUT bounds the call from its start, the failure's round of notices (blame)
     // included: the host's watchdog ends a call at HVD_TIMEOUT + 1 s; the plugin returns first.
@@ -205,7 +197,6 @@ class Endpoint {
   // Posts the deferred sends whose peer's Shape matched, as far as the provider takes them.
   Status post_deferred();
   // "allreduce of 4 float32 (sum)" and the like, for the mismatch's message.
-  static std::string describe(const Shape& shape);
   // This call's Shape, worked out the first time a message needs it.
   const Shape& shape();
   bool travels_apart(size_t bytes) const { return shape_checks_ && bytes > inject_size_; }
@@ -318,8 +309,8 @@ class Endpoint {
   };
   bool shape_checks_ = false;  // shm
   size_t inject_size_ = 0;
-  const hvd_collective_args* call_args_ = nullptr;  // begin()'s
-  uint32_t call_fields_ = 0;
+  hvd_collective call_collective_ = HVD_COLLECTIVE_BARRIER;  // begin()'s
+  const hvd_collective_args* call_args_ = nullptr;
   bool shape_known_ = false;
   Shape shape_{};                           // this call's, once shape_known_
   std::vector<uint32_t> shape_sent_;        // by rank: the sequence_ it was last sent in

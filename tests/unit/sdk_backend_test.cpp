@@ -2,6 +2,7 @@
 // slot, the declared dtypes and ops reach the table, and init arguments are read by their
 // struct_size.
 #include "hvd/sdk/backend.hpp"
+#include "hvd/sdk/call_shape.hpp"
 
 #include <gtest/gtest.h>
 
@@ -77,6 +78,61 @@ TEST(SdkTypes, EveryCollectiveKindHasItsName) {
   EXPECT_EQ(hvd_collective_name(HVD_COLLECTIVE_JOIN), std::string("join"));
   EXPECT_STREQ(hvd_collective_name(-1), "?");
   EXPECT_STREQ(hvd_collective_name(HVD_COLLECTIVE_COUNT), "?");
+}
+
+TEST(SdkCallShape, TakesTheFieldsEachCollectiveReadsAndDescribesThem) {
+  const uint64_t counts[3] = {1, 2, 3};
+  const uint64_t other_counts[3] = {1, 3, 2};
+  hvd_collective_args a{};
+  a.struct_size = sizeof a;
+  a.count = 7;
+  a.dtype = HVD_FLOAT32;
+  a.op = HVD_MAX;
+  a.root = 2;
+  using hvd::sdk::CallShape;
+  EXPECT_EQ(CallShape::of(HVD_COLLECTIVE_ALLREDUCE, &a, 3).describe(),
+            "allreduce of 7 float32 (max)");
+  EXPECT_EQ(CallShape::of(HVD_COLLECTIVE_REDUCE_SCATTER, &a, 3).describe(),
+            "reduce_scatter of 7 float32 (max)");
+  EXPECT_EQ(CallShape::of(HVD_COLLECTIVE_BROADCAST, &a, 3).describe(),
+            "broadcast of 7 float32 from root 2");
+  EXPECT_EQ(CallShape::of(HVD_COLLECTIVE_ALLGATHER, &a, 3).describe(), "allgather of 7 float32");
+  EXPECT_EQ(CallShape::of(HVD_COLLECTIVE_ALLTOALL, &a, 3).describe(), "alltoall of float32");
+  EXPECT_EQ(CallShape::of(HVD_COLLECTIVE_BARRIER, nullptr, 3).describe(), "barrier");
+  // A field the collective does not read never makes two calls differ.
+  hvd_collective_args b = a;
+  b.op = HVD_SUM;
+  b.root = 0;
+  EXPECT_EQ(CallShape::of(HVD_COLLECTIVE_ALLGATHER, &a, 3),
+            CallShape::of(HVD_COLLECTIVE_ALLGATHER, &b, 3));
+  EXPECT_NE(CallShape::of(HVD_COLLECTIVE_ALLREDUCE, &a, 3),
+            CallShape::of(HVD_COLLECTIVE_ALLREDUCE, &b, 3));
+  EXPECT_NE(CallShape::of(HVD_COLLECTIVE_BROADCAST, &a, 3),
+            CallShape::of(HVD_COLLECTIVE_BROADCAST, &b, 3));
+  // Allgather with recv_counts: each rank's count is its own, the counts every rank's alike.
+  hvd_collective_args v = a;
+  v.recv_counts = counts;
+  hvd_collective_args w = v;
+  w.count = 3;
+  EXPECT_EQ(CallShape::of(HVD_COLLECTIVE_ALLGATHER, &v, 3),
+            CallShape::of(HVD_COLLECTIVE_ALLGATHER, &w, 3));
+  w.recv_counts = other_counts;
+  EXPECT_NE(CallShape::of(HVD_COLLECTIVE_ALLGATHER, &v, 3),
+            CallShape::of(HVD_COLLECTIVE_ALLGATHER, &w, 3));
+  const std::string text = CallShape::of(HVD_COLLECTIVE_ALLGATHER, &v, 3).describe();
+  EXPECT_EQ(text.rfind("allgather of float32 with recv_counts #", 0), 0u) << text;
+  // CUDA memory, and bytes that are no record (a peer's, of another kind).
+  hvd_collective_args cuda = a;
+  cuda.memory_type = HVD_MEMORY_CUDA;
+  EXPECT_EQ(CallShape::of(HVD_COLLECTIVE_ALLREDUCE, &cuda, 3).describe(),
+            "allreduce of 7 float32 (max) in CUDA memory");
+  std::vector<unsigned char> noise(sizeof(CallShape), 0xff);
+  EXPECT_EQ(CallShape::from_bytes(noise.data()).describe(), "another kind of message");
+  CallShape odd = CallShape::of(HVD_COLLECTIVE_ALLREDUCE, &a, 3);
+  odd.collective = 99;
+  odd.dtype = -5;
+  odd.op = 1000;
+  EXPECT_EQ(odd.describe(), "? of 7 ?");
 }
 
 TEST(SdkEnv, ParseWholeTakesDigitsAloneWithinTheMaximum) {

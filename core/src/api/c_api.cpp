@@ -14,9 +14,10 @@
 
 #include "api/handles.hpp"
 #include "comm/communicator.hpp"
-#include "common/fnv.hpp"
 #include "common/status_text.hpp"
 #include "hvd/hvd.h"
+#include "hvd/sdk/call_shape.hpp"
+#include "hvd/sdk/fnv.hpp"
 #include "scheduler/scheduler.hpp"
 
 namespace {
@@ -386,55 +387,20 @@ hvd::Status through_scheduler(CommState& c, const char* api, hvd_collective type
 // HVD_CHECK_ARGS: what each rank is about to call, compared before anyone calls it.
 struct ArgsRecord {
   uint64_t sequence;  // the n-th checked call: ranks out of step show here too
-  int32_t type;       // hvd_collective
-  int32_t dtype;
-  uint64_t count;  // this rank's
-  int32_t op;      // allreduce
-  int32_t root;    // broadcast
-  int32_t memory;
-  int32_t error_code;    // this rank's own checks failed: with `error`
-  uint64_t counts_hash;  // allgatherv: its recv_counts
-  char error[216];
+  hvd::sdk::CallShape shape;
+  int32_t error_code;  // this rank's own checks failed: with `error`
+  int32_t reserved;
+  char error[200];
 };
 static_assert(sizeof(ArgsRecord) == 264 && sizeof(ArgsRecord) % 8 == 0, "a fixed, padded record");
-
-std::string call_text(const ArgsRecord& r) {
-  if (r.type == HVD_COLLECTIVE_BARRIER) return "barrier";
-  std::string text = hvd::core::op_type_name(static_cast<hvd_collective>(r.type));
-  for (char& ch : text) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  text += " of " + std::to_string(r.count) + " " + hvd_dtype_name(static_cast<hvd_dtype>(r.dtype));
-  if (r.type == HVD_COLLECTIVE_ALLREDUCE || r.type == HVD_COLLECTIVE_REDUCE_SCATTER) {
-    text += std::string(" (") + hvd_reduce_op_name(static_cast<hvd_reduce_op>(r.op)) + ")";
-  }
-  if (r.type == HVD_COLLECTIVE_BROADCAST) text += " from root " + std::to_string(r.root);
-  if (r.counts_hash != 0) text += " with recv_counts " + std::to_string(r.counts_hash);
-  if (r.memory == HVD_MEMORY_CUDA) text += " in CUDA memory";
-  return text;
-}
 
 // Every rank's record of this call; the same verdict on every rank.
 hvd::Status check_args(CommState& c, hvd_collective type, const hvd_collective_args& a,
                        const hvd::Status& mine) {
   ArgsRecord record{};
   record.sequence = c.checked_calls++;
-  record.type = type;
-  record.dtype = a.dtype;
-  record.count = a.count;
-  const bool reduces = type == HVD_COLLECTIVE_ALLREDUCE || type == HVD_COLLECTIVE_REDUCE_SCATTER;
-  record.op = reduces ? a.op : 0;
-  // An alltoall's counts are each rank's own (they are exchanged and checked next).
-  if (type == HVD_COLLECTIVE_ALLTOALL) record.count = 0;
-  record.root = type == HVD_COLLECTIVE_BROADCAST ? a.root : 0;
-  record.memory = a.memory_type;
   const int size = c.impl->world().size;
-  if (a.recv_counts != nullptr && type == HVD_COLLECTIVE_ALLGATHER) {
-    // FNV-1a of the counts: every rank passes the same array
-    hvd::core::Fnv1a fnv;
-    for (int r = 0; r < size; ++r) fnv.add(a.recv_counts[r]);
-    const uint64_t hash = fnv.digest();
-    record.counts_hash = hash == 0 ? 1 : hash;
-    record.count = 0;  // each rank's own count differs
-  }
+  record.shape = hvd::sdk::CallShape::of(type, type == HVD_COLLECTIVE_BARRIER ? nullptr : &a, size);
   if (!mine.ok()) {
     record.error_code = mine.code();
     std::snprintf(record.error, sizeof record.error, "%s", mine.message().c_str());
@@ -472,8 +438,8 @@ hvd::Status check_args(CommState& c, hvd_collective type, const hvd_collective_a
     return hvd::error(HVD_ERR_MISMATCH,
                       "Mismatched blocking collectives (HVD_CHECK_ARGS): rank 0 "
                       "called " +
-                          call_text(first) + ", but rank " + std::to_string(r) + " called " +
-                          call_text(theirs) + ".");
+                          first.shape.describe() + ", but rank " + std::to_string(r) + " called " +
+                          theirs.shape.describe() + ".");
   }
   return hvd::Status::success();
 }
@@ -1130,7 +1096,7 @@ hvd_status hvd_comm_create_process_set(hvd_comm* comm, const int* ranks, int cou
     }
     Communicator::SplitRecord mine;
     mine.key = hvd_rank(comm);
-    hvd::core::Fnv1a fnv;  // of the sorted list: every rank's alike
+    hvd::sdk::Fnv1a fnv;  // of the sorted list: every rank's alike
     for (const int r : sorted) fnv.add(static_cast<uint64_t>(r));
     const uint64_t hash = fnv.digest();
     mine.check = hash | 1;  // a plain split passes 0: never a process set's

@@ -12,10 +12,10 @@
 #include "bootstrap/host.hpp"
 #include "comm/agreement.hpp"
 #include "comm/host_services.hpp"
-#include "common/fnv.hpp"
 #include "common/log.hpp"
 #include "common/status_text.hpp"
 #include "hvd/sdk/env.hpp"
+#include "hvd/sdk/fnv.hpp"
 
 namespace hvd::core {
 namespace {
@@ -35,7 +35,7 @@ std::atomic<int> g_epoch{0};
 
 // Derived alike on every rank: the world communicator of the epoch-th hvd_init (FNV-1a).
 uint64_t world_comm_id(int epoch) {
-  return Fnv1a().add("hvd world " + std::to_string(epoch)).digest();
+  return hvd::sdk::Fnv1a().add("hvd world " + std::to_string(epoch)).digest();
 }
 
 }  // namespace
@@ -425,8 +425,11 @@ Result<std::unique_ptr<Communicator>> Communicator::split(const std::vector<Spli
     c.job_local_size_ = job_local_size_;
     c.prefix_ = prefix_;
     // Derived alike on every member: the parent's id, its split ordinal and the color (FNV-1a).
-    const uint64_t id =
-        Fnv1a().add(comm_id_).add(ordinal).add(static_cast<uint64_t>(mine.color)).digest();
+    const uint64_t id = hvd::sdk::Fnv1a()
+                            .add(comm_id_)
+                            .add(ordinal)
+                            .add(static_cast<uint64_t>(mine.color))
+                            .digest();
     c.comm_id_ = id;
     char hex[20];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(id));

@@ -1,13 +1,13 @@
 // fnv.hpp — FNV-1a: a 64-bit hash every rank computes alike from the same values (communicator
-// ids, the argument checks ranks compare).
-#ifndef HVD_CORE_COMMON_FNV_HPP
-#define HVD_CORE_COMMON_FNV_HPP
+// ids, the per-rank counts of the calls ranks compare).
+#ifndef HVD_SDK_FNV_HPP
+#define HVD_SDK_FNV_HPP
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
-namespace hvd::core {
+namespace hvd::sdk {
 
 class Fnv1a {
  public:
@@ -27,6 +27,6 @@ class Fnv1a {
   uint64_t hash_ = 1469598103934665603ull;
 };
 
-}  // namespace hvd::core
+}  // namespace hvd::sdk
 
-#endif  // HVD_CORE_COMMON_FNV_HPP
+#endif  // HVD_SDK_FNV_HPP
