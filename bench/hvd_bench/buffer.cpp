@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "bootstrap/env.hpp"
+#include "bootstrap/settings.hpp"
 #include "common/host_memory.hpp"
 #include "hvd/reduce.h"
 
@@ -159,10 +160,9 @@ Status synchronize(hvd_memory_type memory) {
   // Spun on against HVD_TIMEOUT, as nccl-tests does: cudaDeviceSynchronize takes no deadline,
   // and a peer that died leaves NCCL's kernel running forever. The benchmark's CUDA work is all
   // on the default stream.
-  static const Result<std::chrono::milliseconds> timeout =
-      core::timeout_from_env(core::process_env());
-  HVD_RETURN_IF_ERROR(timeout.status());
-  const auto deadline = std::chrono::steady_clock::now() + *timeout;
+  static const Result<core::Settings> settings = core::Settings::read(core::process_env());
+  HVD_RETURN_IF_ERROR(settings.status());
+  const auto deadline = std::chrono::steady_clock::now() + settings->timeout();
   for (;;) {
     const cudaError_t rc = cudaStreamQuery(nullptr);
     if (rc != cudaErrorNotReady) return cuda_check(rc, "cudaStreamQuery");

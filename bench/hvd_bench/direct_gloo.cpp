@@ -12,6 +12,7 @@
 
 #include "bootstrap/env.hpp"
 #include "bootstrap/rendezvous.hpp"
+#include "bootstrap/settings.hpp"
 #include "bootstrap/store.hpp"
 #include "direct.hpp"
 #include "gloo_algorithms.hpp"
@@ -148,22 +149,23 @@ Result<std::unique_ptr<DirectLibrary>> open_direct_gloo(Comm& comm) {
   gloo_algorithms::Meshes meshes;
   if (comm.size() > 1) {
     // A store of the baseline's own, served by rank 0 and announced over hvd.
-    const core::EnvLookup env = core::process_env();
+    HVD_ASSIGN_OR_RETURN(const core::Settings settings, core::Settings::read(core::process_env()));
     core::World world;
     world.rank = comm.rank();
     world.size = comm.size();
     world.local_rank = comm.local_rank();
     world.local_size = comm.local_size();
     HVD_ASSIGN_OR_RETURN(core::SharedRendezvous rendezvous,
-                         core::share_rendezvous(world, env, [&](void* record, size_t size) {
+                         core::share_rendezvous(world, settings, [&](void* record, size_t size) {
                            return comm.broadcast(record, record, size, HVD_UINT8, 0);
                          }));
-    HVD_ASSIGN_OR_RETURN(std::chrono::milliseconds timeout, core::timeout_from_env(env));
+    const std::chrono::milliseconds timeout = settings.timeout();
     HVD_ASSIGN_OR_RETURN(
         auto client, core::TcpStoreClient::connect(rendezvous.address, rendezvous.secret, timeout));
     // Gloo binds where the plugin's rule says: HVD_GLOO_IFACE, HVD_GLOO_HOSTNAME, else the
     // address on the route to the rendezvous.
     gloo::transport::tcp::attr attr;
+    const core::EnvLookup env = core::process_env();
     if (auto iface = env("HVD_GLOO_IFACE")) {
       attr.iface = *iface;
     } else {

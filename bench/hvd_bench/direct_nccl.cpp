@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bootstrap/env.hpp"
+#include "bootstrap/settings.hpp"
 
 #include "buffer.hpp"
 #include "direct.hpp"
@@ -130,8 +131,8 @@ Result<std::unique_ptr<DirectLibrary>> open_direct_nccl(Comm& comm) {
   (void)cudaFree(staged);
   HVD_RETURN_IF_ERROR(s);
   // Non-blocking, polled against HVD_TIMEOUT: a rank that never joins is an error, not a hang.
-  HVD_ASSIGN_OR_RETURN(const std::chrono::milliseconds timeout,
-                       core::timeout_from_env(core::process_env()));
+  HVD_ASSIGN_OR_RETURN(const core::Settings settings, core::Settings::read(core::process_env()));
+  const std::chrono::milliseconds timeout = settings.timeout();
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t nccl = nullptr;

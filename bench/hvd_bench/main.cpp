@@ -17,6 +17,7 @@
 
 #include "bootstrap/env.hpp"
 #include "bootstrap/rendezvous.hpp"
+#include "bootstrap/settings.hpp"
 #include "bootstrap/store.hpp"
 #include "buffer.hpp"
 #include "direct.hpp"
@@ -95,8 +96,8 @@ std::string transport_of(const std::string& backend, const core::EnvLookup& env,
 }
 
 // Backends for --backend all: every plugin found, hvd's own first in a fixed order.
-std::vector<std::string> all_backends(const core::EnvLookup& env) {
-  const core::PluginScan scan = core::scan_plugins(core::plugin_search_path(env));
+std::vector<std::string> all_backends(const core::Settings& settings) {
+  const core::PluginScan scan = core::scan_plugins(core::plugin_search_path(settings));
   std::vector<std::string> names;
   for (const core::Plugin& p : scan.plugins) names.push_back(p.name);
   const std::vector<std::string> order = {"gloo", "mpi", "nccl", "ofi"};
@@ -476,9 +477,10 @@ class Runner {
 class Bench {
  public:
   // `printer`: the job rank that prints and writes the JSON (this process: `printing`).
-  Bench(const Options& options, int printer, bool printing)
+  Bench(const Options& options, core::Settings settings, int printer, bool printing)
       : o_(options),
         env_(core::process_env()),
+        settings_(std::move(settings)),
         report_(options, printing),
         printer_(printer),
         printing_(printing) {}
@@ -486,7 +488,7 @@ class Bench {
   int run() {
     std::vector<std::string> backends = o_.backends;
     if (backends.empty()) backends = {""};  // HVD_BACKEND, or the default
-    if (backends.size() == 1 && backends[0] == "all") backends = all_backends(env_);
+    if (backends.size() == 1 && backends[0] == "all") backends = all_backends(settings_);
     if (backends.empty()) {
       std::fprintf(stderr, "hvd-bench: no backend plugins found (see hvd-info)\n");
       return 1;
@@ -550,7 +552,7 @@ class Bench {
   // starts), and one without a scheduler for the single allreduce.
   int run_fusion(const std::vector<std::string>& backends) {
     bool failed = false;
-    const std::optional<std::string> threshold = core::knob(env_, "FUSION_THRESHOLD");
+    const std::optional<std::string> threshold = settings_.optional(core::Knob::kFusionThreshold);
     for (const std::string& name : backends) {
       FusionResult result;
       result.threshold = threshold.value_or("128 MiB (default)");
@@ -581,8 +583,8 @@ class Bench {
   // A communicator whose scheduler runs with HVD_FUSION_THRESHOLD=0 and writes no timeline
   // (HVD_TIMELINE keeps the fused steps' trace); the environment is restored afterwards.
   Result<Comm> start_unfused(const std::string& backend) {
-    const std::optional<std::string> threshold = core::knob(env_, "FUSION_THRESHOLD");
-    const std::optional<std::string> timeline = core::knob(env_, "TIMELINE");
+    const std::optional<std::string> threshold = settings_.optional(core::Knob::kFusionThreshold);
+    const std::optional<std::string> timeline = settings_.optional(core::Knob::kTimeline);
     ::unsetenv("HVD_TIMELINE");
     ::unsetenv("HOROVOD_TIMELINE");
     ::setenv("HVD_FUSION_THRESHOLD", "0", 1);
@@ -715,7 +717,7 @@ class Bench {
       checked.emplace(std::move(opened));
     }
     const Result<core::Plugin> plugin =
-        core::resolve_backend(comm.backend(), core::plugin_search_path(env_));
+        core::resolve_backend(comm.backend(), core::plugin_search_path(settings_));
     for (hvd_collective collective : o_.collectives) {
       TableInfo table;
       table.backend = comm.backend();
@@ -764,10 +766,10 @@ class Bench {
     world.local_rank = job.local_rank();
     world.local_size = job.local_size();
     HVD_ASSIGN_OR_RETURN(core::SharedRendezvous rendezvous,
-                         core::share_rendezvous(world, env_, [&](void* record, size_t size) {
+                         core::share_rendezvous(world, settings_, [&](void* record, size_t size) {
                            return job.broadcast(record, record, size, HVD_UINT8, 0);
                          }));
-    HVD_ASSIGN_OR_RETURN(std::chrono::milliseconds timeout, core::timeout_from_env(env_));
+    const std::chrono::milliseconds timeout = settings_.timeout();
     HVD_ASSIGN_OR_RETURN(
         auto store, core::TcpStoreClient::connect(rendezvous.address, rendezvous.secret, timeout));
     Result<Comm> made = job.process_set(o_.process_set);
@@ -855,6 +857,7 @@ class Bench {
 
   const Options& o_;
   core::EnvLookup env_;
+  core::Settings settings_;
   Report report_;
   bool header_done_ = false;
   // --compare: the reference backend (set once it has started: it runs first), whether the
@@ -888,5 +891,10 @@ int main(int argc, char** argv) {
     printer = options->process_set.front();
   }
   const bool printing = world.ok() && world->rank == printer;
-  return Bench(*options, printer, printing).run();
+  hvd::Result<hvd::core::Settings> settings = hvd::core::Settings::read(hvd::core::process_env());
+  if (!settings.ok()) {
+    std::fprintf(stderr, "hvd-bench: %s\n", settings.status().message().c_str());
+    return 2;
+  }
+  return Bench(*options, std::move(settings).value(), printer, printing).run();
 }

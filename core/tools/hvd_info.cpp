@@ -17,12 +17,46 @@
 #include <string>
 #include <vector>
 
+#include "bootstrap/settings.hpp"
 #include "hvd/backend.h"
 #include "loader/plugin_loader.hpp"
 #include "plugin_probe.hpp"
 
 using namespace hvd::core;
 using hvd::Result;
+
+namespace {
+
+// Every knob of the table: its value here (or its default), and what it does.
+void print_settings(const Settings& settings, const EnvLookup& env) {
+  std::printf(
+      "\nSettings (HOROVOD_<name> is read where HVD_<name> is unset, except for the plugins'):\n");
+  size_t width = 0;
+  for (const KnobSpec& knob : knob_table()) width = std::max(width, std::strlen(knob.name) + 4);
+  for (size_t i = 0; i < knob_table().size(); ++i) {
+    const KnobSpec& knob = knob_table()[i];
+    std::string value;
+    std::string variable = std::string("HVD_") + knob.name;
+    if (i < kKnobCount) {
+      const auto k = static_cast<Knob>(i);
+      variable = settings.variable(k);
+      value =
+          settings.is_set(k)
+              ? settings.text(k)
+              : (knob.fallback != nullptr ? std::string(knob.fallback) + " (default)" : "(unset)");
+      if (k == Knob::kSecret && settings.is_set(k)) value = "(set)";
+    } else {
+      const auto set = env(variable);
+      value = set ? *set : "(unset)";
+    }
+    std::printf("  %-*s %s\n  %-*s   %s%s%s\n", static_cast<int>(width), variable.c_str(),
+                value.c_str(), static_cast<int>(width), "", knob.doc,
+                knob.reader != nullptr ? "; read by " : "",
+                knob.reader != nullptr ? knob.reader : "");
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
@@ -40,12 +74,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const EnvLookup env = process_env();
-  const Result<std::chrono::milliseconds> timeout = timeout_from_env(env);
-  if (!timeout.ok()) {
-    std::fprintf(stderr, "hvd-info: %s\n", timeout.status().message().c_str());
+  const Result<Settings> read = Settings::read(env);
+  if (!read.ok()) {
+    std::fprintf(stderr, "hvd-info: %s\n", read.status().message().c_str());
     return 2;
   }
-  const std::vector<fs::path> dirs = plugin_search_path(env);
+  const Settings& settings = *read;
+  const std::chrono::milliseconds timeout = settings.timeout();
+  const std::vector<fs::path> dirs = plugin_search_path(settings);
   std::printf("hvd %s, backend ABI %d.%d\n\nPlugin search path:\n", HVD_VERSION_STRING,
               HVD_BACKEND_ABI_MAJOR, HVD_BACKEND_ABI_MINOR);
   for (size_t i = 0; i < dirs.size(); ++i) {
@@ -55,7 +91,7 @@ int main(int argc, char** argv) {
   std::vector<PluginSummary> plugins;
   std::vector<PluginFailure> failures;
   for (const fs::path& file : find_plugin_files(dirs)) {
-    Result<PluginSummary> probed = probe_plugin(file, *timeout, /*by_name=*/true);
+    Result<PluginSummary> probed = probe_plugin(file, timeout, /*by_name=*/true);
     if (probed.ok()) {
       plugins.push_back(std::move(probed).value());
     } else {
@@ -87,7 +123,8 @@ int main(int argc, char** argv) {
       std::printf("  %s\n    %s\n", f.path.c_str(), f.status.message().c_str());
     }
   }
-  const auto chosen = knob(env, "BACKEND");
+  print_settings(settings, env);
+  const auto chosen = settings.optional(Knob::kBackend);
   const std::string name = chosen ? *chosen : "gloo";
   bool listed = name.find('/') != std::string::npos;  // a path is loaded as given
   for (const PluginSummary& p : plugins) listed = listed || p.name == name;

@@ -31,6 +31,7 @@
 
 #include "bootstrap/env.hpp"
 #include "bootstrap/host.hpp"
+#include "bootstrap/settings.hpp"
 #include "bootstrap/store.hpp"
 #include "hvd/sdk/env.hpp"
 
@@ -134,9 +135,7 @@ bool parse(int argc, char** argv, Options* o) {
       if (!(v = value("--timeout"))) return false;
       o->timeout = v;
       // The ranks' own check, once here rather than on every rank after the launch.
-      const auto checked = hvd::core::timeout_from_env([&](const std::string& name) {
-        return name == "HVD_TIMEOUT" ? std::optional<std::string>(o->timeout) : std::nullopt;
-      });
+      const auto checked = hvd::core::Settings().with(hvd::core::Knob::kTimeout, o->timeout);
       if (!checked.ok()) {
         std::fprintf(stderr, "hvdrun: --timeout: %s\n", checked.status().message().c_str());
         return false;
@@ -298,7 +297,9 @@ bool job_on_this_host(const Options& opt) {
 // The address ranks reach this host at, when they may run elsewhere (mpirun mode).
 Result<std::string> rendezvous_host(const Options& opt, bool on_this_host) {
   if (!opt.rendezvous_host.empty()) return opt.rendezvous_host;
-  if (const auto iface = knob(process_env(), "RENDEZVOUS_IFACE")) return interface_address(*iface);
+  HVD_ASSIGN_OR_RETURN(const Settings settings, Settings::read(process_env()));
+  if (const auto iface = settings.optional(Knob::kRendezvousIface))
+    return interface_address(*iface);
   if (on_this_host) return std::string("127.0.0.1");
   std::string address = first_external_address();
   if (address.empty()) {

@@ -112,36 +112,5 @@ TEST(Split, KeepsNonEmptyPiecesInOrder) {
   EXPECT_TRUE(split("", ',').empty());
 }
 
-TEST(Knob, HvdNameWinsOverHorovodName) {
-  EXPECT_EQ(*knob(fake_env({{"HVD_TIMEOUT", "1"}, {"HOROVOD_TIMEOUT", "2"}}), "TIMEOUT"), "1");
-  EXPECT_EQ(*knob(fake_env({{"HOROVOD_TIMEOUT", "2"}}), "TIMEOUT"), "2");
-  EXPECT_FALSE(knob(fake_env({}), "TIMEOUT").has_value());
-}
-
-TEST(Timeout, ParsesSecondsAndRejectsNonsense) {
-  EXPECT_EQ(timeout_from_env(fake_env({}))->count(), 30000);
-  EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "2.5"}}))->count(), 2500);
-  EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "0"}})).status().code(),
-            HVD_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(
-      timeout_from_env(fake_env({{"HVD_TIMEOUT", "soon"}})).status().message(),
-      "HVD_TIMEOUT='soon' is not a number of seconds above 0 and at most 10000000 (115 days)");
-  EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "1e7"}}))->count(), 10000000000);
-  EXPECT_EQ(timeout_from_env(fake_env({{"HVD_TIMEOUT", "1e9"}})).status().message(),
-            "HVD_TIMEOUT='1e9' is not a number of seconds above 0 and at most 10000000 (115 days)");
-}
-
-// An error names the variable the user set: Horovod's spelling where only that is set.
-TEST(Knob, AnErrorNamesTheSpellingThatWasSet) {
-  EXPECT_EQ(
-      timeout_from_env(fake_env({{"HOROVOD_TIMEOUT", "0"}})).status().message(),
-      "HOROVOD_TIMEOUT='0' is not a number of seconds above 0 and at most 10000000 (115 days)");
-  EXPECT_EQ(knob_name(fake_env({{"HOROVOD_CYCLE_TIME", "x"}}), "CYCLE_TIME"), "HOROVOD_CYCLE_TIME");
-  EXPECT_EQ(
-      knob_name(fake_env({{"HVD_CYCLE_TIME", "x"}, {"HOROVOD_CYCLE_TIME", "1"}}), "CYCLE_TIME"),
-      "HVD_CYCLE_TIME");
-  EXPECT_EQ(knob_name(fake_env({}), "CYCLE_TIME"), "HVD_CYCLE_TIME");
-}
-
 }  // namespace
 }  // namespace hvd::core

@@ -13,16 +13,16 @@ namespace {
 TEST(HostIdentity, IsTheHostNameWithTheKernelAndTheNetworkNamespace) {
   char name[256] = {};
   ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
-  const std::string identity = host_identity(fake_env({}));
+  const std::string identity = host_identity(Settings());
   EXPECT_EQ(identity.rfind(std::string(name) + " (boot ", 0), 0u) << identity;
   EXPECT_NE(identity.find(", netns "), std::string::npos) << identity;
   EXPECT_EQ(identity.find('?'), std::string::npos) << "something could not be read: " << identity;
-  EXPECT_EQ(identity, host_identity(fake_env({})));  // stable
+  EXPECT_EQ(identity, host_identity(Settings()));  // stable
 }
 
 TEST(HostIdentity, HvdHostnameOverridesItAndHorovodsSpellingToo) {
-  EXPECT_EQ(host_identity(fake_env({{"HVD_HOSTNAME", "node3"}})), "node3");
-  EXPECT_EQ(host_identity(fake_env({{"HOROVOD_HOSTNAME", "node4"}})), "node4");
+  EXPECT_EQ(host_identity(*Settings::read(fake_env({{"HVD_HOSTNAME", "node3"}}))), "node3");
+  EXPECT_EQ(host_identity(*Settings::read(fake_env({{"HOROVOD_HOSTNAME", "node4"}}))), "node4");
 }
 
 TEST(HostIdentity, LocalPlaceCountsTheRanksOfTheSameHostInRankOrder) {

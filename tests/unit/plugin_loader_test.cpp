@@ -180,7 +180,7 @@ TEST(PluginLoader, APluginBuiltAgainstTheAbi10HeadersLoads) {
 }
 
 TEST(PluginLoader, SearchPathIsHvdPluginPathThenTheInstallLocation) {
-  auto dirs = plugin_search_path(fake_env({{"HVD_PLUGIN_PATH", "/a:/b::/c"}}));
+  auto dirs = plugin_search_path(*Settings::read(fake_env({{"HVD_PLUGIN_PATH", "/a:/b::/c"}})));
   ASSERT_EQ(dirs.size(), 4u);
   EXPECT_EQ(dirs[0], "/a");
   EXPECT_EQ(dirs[1], "/b");

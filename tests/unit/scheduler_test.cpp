@@ -19,14 +19,17 @@
 #include "comm/copy_blocks.hpp"
 #include "common/host_memory.hpp"
 #include "fake_collectives.hpp"
+#include "fake_env.hpp"
 #include "tensor_workload.hpp"
 
 namespace {
 
 using hvd::Status;
 using hvd::core::Completion;
+using hvd::core::fake_env;
 using hvd::core::Scheduler;
 using hvd::core::SchedulerOptions;
+using hvd::core::Settings;
 using hvd::core::Submission;
 using hvd::core::TensorSpec;
 using hvd::testing::data_for;
@@ -1058,12 +1061,8 @@ TEST(DeviceExecutor, NoKernelForTheDeviceOrTheKnobOffTakesTheDirectPath) {
     EXPECT_EQ(job.data_ranks[0]->last_allreduce_stream, &stream);
     EXPECT_EQ(job.device_memory[0]->launches, 0u);
   }
-  EXPECT_TRUE(SchedulerOptions::from_env([](const std::string& name) -> std::optional<std::string> {
-                if (name == "HVD_DEVICE_EXECUTOR") return "0";
-                return std::nullopt;
-              })
-                  .value()
-                  .device_executor == false);
+  EXPECT_FALSE(SchedulerOptions::from(*Settings::read(fake_env({{"HVD_DEVICE_EXECUTOR", "0"}})))
+                   .device_executor);
 }
 
 // A larger batch outgrows the fusion buffer: the old one is freed in stream order, once the
@@ -1592,11 +1591,7 @@ TEST(Scheduler, OtherCollectivesFailOnEveryRankWhileARankHasJoined) {
 
 TEST(SchedulerOptions, HorovodsDynamicTimelineWritesNoFile) {
   auto timeline = [](const char* value) {
-    return SchedulerOptions::from_env([&](const std::string& name) -> std::optional<std::string> {
-             if (name == "HOROVOD_TIMELINE") return std::string(value);
-             return std::nullopt;
-           })
-        .value()
+    return SchedulerOptions::from(*Settings::read(fake_env({{"HOROVOD_TIMELINE", value}})))
         .timeline;
   };
   EXPECT_EQ(timeline("DYNAMIC"), "");

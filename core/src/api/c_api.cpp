@@ -14,6 +14,7 @@
 
 #include "api/handles.hpp"
 #include "comm/communicator.hpp"
+#include "common/log.hpp"
 #include "common/status_text.hpp"
 #include "hvd/hvd.h"
 #include "hvd/sdk/call_shape.hpp"
@@ -158,7 +159,7 @@ hvd::Status closed_error() {
 // backend, or where it cannot (NCCL has no host memory; a plugin may lack the dtypes or the op
 // negotiation needs) a controller backend (HVD_CONTROLLER, default gloo), made on first use on
 // every rank alike. Under scheduler_mutex.
-hvd::Result<Communicator*> controller_locked(CommState& c, const hvd::core::EnvLookup& env) {
+hvd::Result<Communicator*> controller_locked(CommState& c) {
   if (c.closed) return closed_error();
   const hvd::core::Plugin& plugin = c.impl->plugin();
   if (hvd::core::Scheduler::can_negotiate_over(plugin.capabilities, plugin.dtypes,
@@ -167,28 +168,29 @@ hvd::Result<Communicator*> controller_locked(CommState& c, const hvd::core::EnvL
   }
   if (!c.controller) {
     hvd::core::CommOptions controller;
-    controller.backend = hvd::core::knob(env, "CONTROLLER").value_or("gloo");
+    const hvd::core::Settings& settings = c.impl->settings();
+    controller.backend = settings.text(hvd::core::Knob::kController);
     controller.timeout = c.impl->timeout();
     controller.purpose = "the controller of " + plugin.name;
-    HVD_ASSIGN_OR_RETURN(c.controller, Communicator::create(controller, env));
+    HVD_ASSIGN_OR_RETURN(c.controller,
+                         Communicator::create(controller, settings, hvd::core::process_env()));
   }
   return c.controller.get();
 }
 
-// The scheduler of `comm`, started on first use (HVD_CYCLE_TIME and friends read then).
+// The scheduler of `comm`, started on first use (with the knobs hvd_init read).
 hvd::Result<std::shared_ptr<hvd::core::Scheduler>> scheduler_of(CommState& c) {
   std::lock_guard<std::mutex> lock(c.scheduler_mutex);
   if (c.closed) return closed_error();
   if (!c.scheduler) {
-    const hvd::core::EnvLookup env = hvd::core::process_env();
-    HVD_ASSIGN_OR_RETURN(auto options, hvd::core::SchedulerOptions::from_env(env));
+    auto options = hvd::core::SchedulerOptions::from(c.impl->settings());
     options.timeout = c.impl->timeout();
     if (c.parent && !options.timeline.empty()) {  // each communicator's rank 0 writes its own
       char id[24];
       std::snprintf(id, sizeof id, ".comm-%016llx", static_cast<unsigned long long>(c.impl->id()));
       options.timeline += id;
     }
-    HVD_ASSIGN_OR_RETURN(Communicator * control, controller_locked(c, env));
+    HVD_ASSIGN_OR_RETURN(Communicator * control, controller_locked(c));
     HVD_ASSIGN_OR_RETURN(c.scheduler,
                          hvd::core::Scheduler::start(*c.impl, *control, std::move(options)));
     c.scheduled.store(true, std::memory_order_release);
@@ -408,7 +410,7 @@ hvd::Status check_args(CommState& c, hvd_collective type, const hvd_collective_a
   Communicator* carrier = nullptr;
   {
     std::lock_guard<std::mutex> lock(c.scheduler_mutex);
-    HVD_ASSIGN_OR_RETURN(carrier, controller_locked(c, hvd::core::process_env()));
+    HVD_ASSIGN_OR_RETURN(carrier, controller_locked(c));
   }
   std::vector<ArgsRecord> all(static_cast<size_t>(size));
   HVD_RETURN_IF_ERROR(
@@ -459,7 +461,7 @@ hvd::Result<std::vector<uint64_t>> alltoall_counts(CommState& c, const hvd_colle
   Communicator* carrier = nullptr;
   {
     std::lock_guard<std::mutex> lock(c.scheduler_mutex);
-    HVD_ASSIGN_OR_RETURN(carrier, controller_locked(c, hvd::core::process_env()));
+    HVD_ASSIGN_OR_RETURN(carrier, controller_locked(c));
   }
   std::vector<uint64_t> all(fields * n);
   HVD_RETURN_IF_ERROR(
@@ -584,7 +586,7 @@ hvd::Result<std::shared_ptr<CommState>> make_child(CommState& c,
   Communicator* carrier = nullptr;
   {
     std::lock_guard<std::mutex> lock(c.scheduler_mutex);
-    HVD_ASSIGN_OR_RETURN(carrier, controller_locked(c, hvd::core::process_env()));
+    HVD_ASSIGN_OR_RETURN(carrier, controller_locked(c));
   }
   std::vector<Communicator::SplitRecord> records(static_cast<size_t>(c.impl->size()));
   static_assert(sizeof(Communicator::SplitRecord) % 8 == 0, "control records are 8-byte words");
@@ -672,15 +674,12 @@ hvd_status hvd_init(const hvd_init_options* options, hvd_comm** comm) {
       }
     }
     const hvd::core::EnvLookup env = hvd::core::process_env();
-    const std::string check = hvd::core::knob(env, "CHECK_ARGS").value_or("0");
-    if (check != "0" && check != "1") {
-      return hvd::error(HVD_ERR_INVALID_ARGUMENT,
-                        hvd::core::knob_name(env, "CHECK_ARGS") + "='" + check + "' is not 0 or 1");
-    }
-    HVD_ASSIGN_OR_RETURN(auto impl, Communicator::create(opts, env));
+    HVD_ASSIGN_OR_RETURN(const hvd::core::Settings settings, hvd::core::Settings::read(env));
+    hvd::core::set_log_level(settings.text(hvd::core::Knob::kLogLevel));
+    HVD_ASSIGN_OR_RETURN(auto impl, Communicator::create(opts, settings, env));
     auto state = std::make_shared<CommState>();
     state->impl = std::move(impl);
-    state->check_args = check == "1";
+    state->check_args = settings.flag(hvd::core::Knob::kCheckArgs);
     *comm = reinterpret_cast<hvd_comm*>(comms().insert(std::move(state)));
     return hvd::Status::success();
   });

@@ -74,15 +74,6 @@ EnvLookup process_env() {
   };
 }
 
-std::optional<std::string> knob(const EnvLookup& env, const std::string& name) {
-  if (auto value = env("HVD_" + name)) return value;
-  return env("HOROVOD_" + name);
-}
-
-std::string knob_name(const EnvLookup& env, const std::string& name) {
-  return !env("HVD_" + name) && env("HOROVOD_" + name) ? "HOROVOD_" + name : "HVD_" + name;
-}
-
 Result<World> discover_world(const EnvLookup& env) {
   const Source sources[] = {
       {"HVD_* variables", false, "HVD_RANK", "HVD_SIZE", "HVD_LOCAL_RANK", "HVD_LOCAL_SIZE"},
@@ -141,19 +132,6 @@ Result<World> discover_world(const EnvLookup& env) {
     return world;
   }
   return World{};
-}
-
-Result<std::chrono::milliseconds> timeout_from_env(const EnvLookup& env) {
-  const auto text = knob(env, "TIMEOUT");
-  if (!text) return std::chrono::milliseconds(30000);
-  char* end = nullptr;
-  const double seconds = std::strtod(text->c_str(), &end);
-  if (*end != '\0' || !(seconds > 0) || !std::isfinite(seconds) || seconds > 1e7) {
-    return error(HVD_ERR_INVALID_ARGUMENT,
-                 knob_name(env, "TIMEOUT") + "='" + *text +
-                     "' is not a number of seconds above 0 and at most 10000000 (115 days)");
-  }
-  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
 }
 
 }  // namespace hvd::core

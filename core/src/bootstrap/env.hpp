@@ -1,8 +1,7 @@
-// env.hpp — reading hvd's configuration from the environment, and who this process is in the job.
+// env.hpp — the environment, and who this process is in the job (the knobs: settings.hpp).
 #ifndef HVD_CORE_BOOTSTRAP_ENV_HPP
 #define HVD_CORE_BOOTSTRAP_ENV_HPP
 
-#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -19,11 +18,6 @@ EnvLookup process_env();
 // The non-empty pieces of `text` between `separator`s ("a::b" -> {"a", "b"}).
 std::vector<std::string> split(const std::string& text, char separator);
 
-// An hvd knob: HVD_<name>, else Horovod's spelling HOROVOD_<name>. hvd's name wins.
-std::optional<std::string> knob(const EnvLookup& env, const std::string& name);
-// The variable knob() read, for its errors: HOROVOD_<name> where only that is set, else HVD_<name>.
-std::string knob_name(const EnvLookup& env, const std::string& name);
-
 // Where this process sits in the job, and which launcher said so.
 struct World {
   int rank = 0;
@@ -38,9 +32,6 @@ struct World {
 // OMPI_COMM_WORLD_*, else PMI_RANK/PMI_SIZE, else Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID;
 // none of them: a single process. Malformed or inconsistent values are errors, not guesses.
 Result<World> discover_world(const EnvLookup& env);
-
-// HVD_TIMEOUT in seconds (fractions allowed), default 30 s: the bound on every wait.
-Result<std::chrono::milliseconds> timeout_from_env(const EnvLookup& env);
 
 }  // namespace hvd::core
 

@@ -62,8 +62,8 @@ bool is_loopback(const sockaddr* address) {
 
 }  // namespace
 
-std::string host_identity(const EnvLookup& env) {
-  if (const auto name = knob(env, "HOSTNAME")) return *name;
+std::string host_identity(const Settings& settings) {
+  if (const auto name = settings.optional(Knob::kHostname)) return *name;
   return host_name() + " (boot " + boot_id() + ", netns " + network_namespace() + ")";
 }
 

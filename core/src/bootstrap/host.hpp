@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "bootstrap/env.hpp"
+#include "bootstrap/settings.hpp"
 
 namespace hvd::core {
 
 // This process's host, as a printable string ("node7 (boot 1f0c..., netns 4026531992)", or
 // HVD_HOSTNAME's value). Two processes share a host exactly when their strings are equal.
-std::string host_identity(const EnvLookup& env);
+std::string host_identity(const Settings& settings);
 
 // Where `rank` sits among the ranks of its host, given every rank's host identity in rank order:
 // its local rank (how many lower ranks share its host) and local size.

@@ -31,7 +31,7 @@ Result<std::vector<Bytes>> exchange(KvStore& store, const std::string& key, cons
   return all;
 }
 
-Result<SharedRendezvous> share_rendezvous(const World& world, const EnvLookup& env,
+Result<SharedRendezvous> share_rendezvous(const World& world, const Settings& settings,
                                           const BroadcastFromRank0& broadcast) {
   SharedRendezvous made;
   constexpr size_t kRecord = 512;
@@ -40,7 +40,7 @@ Result<SharedRendezvous> share_rendezvous(const World& world, const EnvLookup& e
     // An address the other ranks can reach: the named interface, loopback when every rank is
     // on this host, else the first interface that is up and not loopback.
     std::string host;
-    if (const auto iface = knob(env, "RENDEZVOUS_IFACE")) {
+    if (const auto iface = settings.optional(Knob::kRendezvousIface)) {
       HVD_ASSIGN_OR_RETURN(host, interface_address(*iface));
     } else if (world.local_size == world.size) {
       host = "127.0.0.1";

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "bootstrap/env.hpp"
+#include "bootstrap/settings.hpp"
 #include "bootstrap/store.hpp"
 #include "hvd/sdk/result.hpp"
 
@@ -30,7 +30,7 @@ struct SharedRendezvous {
 // for a one-host job, else the first external interface) with a fresh secret, and `broadcast`
 // (a collective every rank calls) carries address and secret to the others.
 using BroadcastFromRank0 = std::function<Status(void* record, size_t size)>;
-Result<SharedRendezvous> share_rendezvous(const World& world, const EnvLookup& env,
+Result<SharedRendezvous> share_rendezvous(const World& world, const Settings& settings,
                                           const BroadcastFromRank0& broadcast);
 
 }  // namespace hvd::core

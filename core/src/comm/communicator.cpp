@@ -49,9 +49,10 @@ uint64_t world_comm_id(int epoch) {
 // rank: its local places come from the host identities.
 Result<SharedRendezvous> rendezvous_through_launcher(const std::string& for_backend,
                                                      std::chrono::milliseconds timeout,
+                                                     const Settings& settings,
                                                      const EnvLookup& env) {
-  const std::string helper = knob(env, "BOOTSTRAP_BACKEND").value_or("mpi");
-  HVD_ASSIGN_OR_RETURN(Plugin plugin, resolve_backend(helper, plugin_search_path(env)));
+  const std::string helper = settings.text(Knob::kBootstrapBackend);
+  HVD_ASSIGN_OR_RETURN(Plugin plugin, resolve_backend(helper, plugin_search_path(settings)));
   if ((plugin.capabilities & HVD_CAP_SELF_BOOTSTRAP) == 0) {
     return error(HVD_ERR_UNSUPPORTED, "bootstrap backend '" + helper +
                                           "' cannot find its peers by itself (no self_bootstrap)");
@@ -60,12 +61,14 @@ Result<SharedRendezvous> rendezvous_through_launcher(const std::string& for_back
   options.backend = plugin.path.string();
   options.timeout = timeout;
   options.purpose = "the bootstrap of " + for_backend;
-  HVD_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> bootstrap, Communicator::create(options, env));
+  HVD_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> bootstrap,
+                       Communicator::create(options, settings, env));
 
-  HVD_ASSIGN_OR_RETURN(SharedRendezvous made,
-                       share_rendezvous(bootstrap->world(), env, [&](void* record, size_t size) {
-                         return bootstrap->broadcast(bootstrap->control_args(record, record, size));
-                       }));
+  HVD_ASSIGN_OR_RETURN(
+      SharedRendezvous made,
+      share_rendezvous(bootstrap->world(), settings, [&](void* record, size_t size) {
+        return bootstrap->broadcast(bootstrap->control_args(record, record, size));
+      }));
   log(HVD_LOG_INFO, "rendezvous made through '" + helper + "' at " + made.address.to_string());
   return made;
 }
@@ -74,48 +77,37 @@ Result<SharedRendezvous> rendezvous_through_launcher(const std::string& for_back
 
 Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& options,
                                                            const EnvLookup& env) {
+  HVD_ASSIGN_OR_RETURN(const Settings settings, Settings::read(env));
+  return create(options, settings, env);
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& options,
+                                                           const Settings& settings,
+                                                           const EnvLookup& env) {
   std::unique_ptr<Communicator> comm(new Communicator);
+  comm->settings_ = settings;
   comm->device_memory_ = options.device_memory ? options.device_memory : &cuda_memory();
   HVD_ASSIGN_OR_RETURN(comm->world_, discover_world(env));
   const World& world = comm->world_;
   set_log_rank(world.rank);
-  if (options.timeout) {
-    comm->timeout_ = *options.timeout;
-  } else {
-    HVD_ASSIGN_OR_RETURN(comm->timeout_, timeout_from_env(env));
-  }
+  comm->timeout_ = options.timeout ? *options.timeout : settings.timeout();
 
   const int epoch = g_epoch++;
   const std::string prefix = "hvd/" + std::to_string(epoch) + "/";
-  const std::string spec =
-      options.backend ? *options.backend : knob(env, "BACKEND").value_or("gloo");
-  Result<Plugin> loaded = resolve_backend(spec, plugin_search_path(env));
+  const std::string spec = options.backend ? *options.backend : settings.text(Knob::kBackend);
+  Result<Plugin> loaded = resolve_backend(spec, plugin_search_path(settings));
   std::string choice = describe_backend_choice(loaded);
   if (loaded.ok() && !options.purpose.empty()) choice += " as " + options.purpose;
   // Hierarchical allreduce makes communicators every rank must make alike: part of the choice.
-  const std::string hierarchical = knob(env, "HIERARCHICAL_ALLREDUCE").value_or("0");
-  if (hierarchical != "0" && hierarchical != "1") {
-    return error(HVD_ERR_INVALID_ARGUMENT, knob_name(env, "HIERARCHICAL_ALLREDUCE") + "='" +
-                                               hierarchical + "' is not 0 or 1");
-  }
-  uint64_t chunk_bytes = 2ull << 20;
-  if (const auto chunk = knob(env, "HIERARCHICAL_CHUNK_BYTES")) {
-    constexpr uint64_t kMinChunk = 64 * 1024;  // below, per-chunk latency is all there is
-    const std::optional<uint64_t> bytes = sdk::parse_whole(*chunk);
-    if (bytes) chunk_bytes = *bytes;
-    if (!bytes || (chunk_bytes != 0 && chunk_bytes < kMinChunk)) {
-      return error(HVD_ERR_INVALID_ARGUMENT, knob_name(env, "HIERARCHICAL_CHUNK_BYTES") + "='" +
-                                                 *chunk +
-                                                 "' is not 0 or a byte count of at least 65536");
-    }
-  }
-  const bool wants_hierarchical = hierarchical == "1" && options.purpose.empty();
+  const auto chunk_bytes = static_cast<uint64_t>(settings.number(Knob::kHierarchicalChunkBytes));
+  const bool wants_hierarchical =
+      settings.flag(Knob::kHierarchicalAllreduce) && options.purpose.empty();
   // The chunks are collectives of their own: every rank must cut alike.
   if (loaded.ok() && wants_hierarchical) {
     choice +=
         " with HVD_HIERARCHICAL_ALLREDUCE=1 in chunks of " + std::to_string(chunk_bytes) + " bytes";
   }
-  const std::string record = format_init_record(host_identity(env), world, choice);
+  const std::string record = format_init_record(host_identity(settings), world, choice);
 
   // Rendezvous: the job's TCP store, at HVD_RENDEZVOUS_ADDR or made through the launcher; an
   // in-process one for a lone process; none at all for a self-bootstrapping backend (MPI under
@@ -123,16 +115,16 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
   std::optional<HostPort> where;
   std::string secret;
   bool agree_after_init = false;
-  if (const auto address = knob(env, "RENDEZVOUS_ADDR")) {
+  if (const auto address = settings.optional(Knob::kRendezvousAddr)) {
     HVD_ASSIGN_OR_RETURN(where, parse_host_port(*address));
-    const auto given = knob(env, "SECRET");
+    const auto given = settings.optional(Knob::kSecret);
     if (!given) {
       return error(HVD_ERR_INVALID_ARGUMENT,
                    "HVD_RENDEZVOUS_ADDR is set but HVD_SECRET is not: every rank needs the "
                    "job's shared secret (hvdrun sets both)");
     }
     secret = *given;
-    if (world.rank == 0 && knob(env, "RENDEZVOUS_SERVER").value_or("rank0") != "external") {
+    if (world.rank == 0 && settings.text(Knob::kRendezvousServer) != "external") {
       Result<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::start(*where, secret);
       if (!server.ok()) {
         return server.status().with_context("rank 0 could not serve the rendezvous at " +
@@ -158,7 +150,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
       };
       if (!world.from_launcher) return no_rendezvous(HVD_ERR_INVALID_ARGUMENT, "");
       Result<SharedRendezvous> made =
-          rendezvous_through_launcher(loaded->name, comm->timeout_, env);
+          rendezvous_through_launcher(loaded->name, comm->timeout_, settings, env);
       if (made.status().code() == HVD_ERR_MISMATCH) return made.status();  // same on every rank
       if (!made.ok()) {
         return no_rendezvous(
@@ -394,6 +386,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(const std::vector<Spli
     child.reset(new Communicator);
     Communicator& c = *child;
     c.child_ = true;
+    c.settings_ = settings_;
     c.world_ = world_;
     c.world_.size = static_cast<int>(ranks.size());
     for (size_t i = 0; i < ranks.size(); ++i) {

@@ -14,6 +14,7 @@
 
 #include "bootstrap/env.hpp"
 #include "bootstrap/rendezvous.hpp"
+#include "bootstrap/settings.hpp"
 #include "bootstrap/store.hpp"
 #include "comm/collectives.hpp"
 #include "comm/device_memory.hpp"
@@ -58,6 +59,11 @@ class Communicator final : public Collectives, private Watchdog::Watched {
 
   // Discover the world, reach the rendezvous store, load the backend, check that every rank
   // chose the same one, and initialize it.
+  // `settings`: the knobs as hvd_init read them; `env` for the launcher's variables.
+  static Result<std::unique_ptr<Communicator>> create(const CommOptions& options,
+                                                      const Settings& settings,
+                                                      const EnvLookup& env);
+  // The same with the knobs read from `env` (a world's first communicator).
   static Result<std::unique_ptr<Communicator>> create(const CommOptions& options,
                                                       const EnvLookup& env);
   ~Communicator() override;  // finalize(), if it has not run
@@ -108,6 +114,8 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   hvd_collective_args control_args(const void* send, void* recv, size_t bytes) const;
 
   const World& world() const { return world_; }
+  // The knobs hvd_init read, which the communicators made from this one share.
+  const Settings& settings() const { return settings_; }
   const Plugin& plugin() const { return plugin_; }
   // The job rank of each rank of this communicator (the identity for the world).
   const std::vector<int32_t>& members() const { return members_; }
@@ -258,6 +266,7 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   // ranks of its local rank), the pipeline's chunk, and each chunk's reduced block.
   std::unique_ptr<Communicator> local_, cross_;
   uint64_t hierarchical_chunk_bytes_ = 0;
+  Settings settings_;
   std::vector<char> blocks_;
 };
 
@@ -265,6 +274,7 @@ class Communicator final : public Collectives, private Watchdog::Watched {
 // through a self-bootstrapping backend (HVD_BOOTSTRAP_BACKEND, default mpi).
 Result<SharedRendezvous> rendezvous_through_launcher(const std::string& for_backend,
                                                      std::chrono::milliseconds timeout,
+                                                     const Settings& settings,
                                                      const EnvLookup& env);
 
 }  // namespace hvd::core

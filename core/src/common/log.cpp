@@ -2,25 +2,15 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 namespace hvd::core {
 namespace {
 
 std::atomic<int> g_rank{-1};
 
-hvd_log_level threshold() {
-  static const hvd_log_level level = [] {
-    const char* text = std::getenv("HVD_LOG_LEVEL");
-    if (text == nullptr) return HVD_LOG_WARNING;
-    if (std::strcmp(text, "error") == 0) return HVD_LOG_ERROR;
-    if (std::strcmp(text, "info") == 0) return HVD_LOG_INFO;
-    if (std::strcmp(text, "debug") == 0 || std::strcmp(text, "trace") == 0) return HVD_LOG_DEBUG;
-    return HVD_LOG_WARNING;
-  }();
-  return level;
-}
+std::atomic<int> g_threshold{HVD_LOG_WARNING};
+
+hvd_log_level threshold() { return static_cast<hvd_log_level>(g_threshold.load()); }
 
 const char* level_name(hvd_log_level level) {
   switch (level) {
@@ -38,6 +28,14 @@ const char* level_name(hvd_log_level level) {
 }  // namespace
 
 void set_log_rank(int rank) { g_rank.store(rank); }
+
+void set_log_level(const std::string& level) {
+  hvd_log_level value = HVD_LOG_WARNING;
+  if (level == "error" || level == "fatal") value = HVD_LOG_ERROR;
+  if (level == "info") value = HVD_LOG_INFO;
+  if (level == "debug" || level == "trace") value = HVD_LOG_DEBUG;
+  g_threshold.store(value);
+}
 
 bool log_enabled(hvd_log_level level) { return level <= threshold(); }
 

@@ -258,9 +258,9 @@ std::string plugin_file_name(const std::string& backend) {
   return HVD_BACKEND_FILE_PREFIX + backend + HVD_BACKEND_FILE_SUFFIX;
 }
 
-std::vector<fs::path> plugin_search_path(const EnvLookup& env) {
+std::vector<fs::path> plugin_search_path(const Settings& settings) {
   std::vector<fs::path> dirs;
-  if (auto path = env("HVD_PLUGIN_PATH")) {
+  if (auto path = settings.optional(Knob::kPluginPath)) {
     for (const std::string& dir : split(*path, ':')) dirs.emplace_back(dir);
   }
   const fs::path installed = install_plugin_dir();

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "bootstrap/env.hpp"
+#include "bootstrap/settings.hpp"
 #include "hvd/backend.h"
 #include "hvd/sdk/result.hpp"
 
@@ -66,7 +66,7 @@ struct PluginScan {
 };
 
 // The directories searched for plugins, in order.
-std::vector<fs::path> plugin_search_path(const EnvLookup& env);
+std::vector<fs::path> plugin_search_path(const Settings& settings);
 
 // What a shared library's dynamic section and symbol table (.dynamic, .dynsym: what the dynamic
 // loader reads; they survive strip) say. Errors: HVD_ERR_PLUGIN when the file is not a readable

@@ -74,46 +74,24 @@ bool fuses_with(const TensorSpec& a, const TensorSpec& b) {
          a.postscale == b.postscale;
 }
 
-Result<double> number_knob(const EnvLookup& env, const std::string& name, double fallback,
-                           double min) {
-  const auto text = knob(env, name);
-  if (!text) return fallback;
-  char* end = nullptr;
-  const double value = std::strtod(text->c_str(), &end);
-  if (end == text->c_str() || *end != '\0' || !std::isfinite(value) || value < min) {
-    return error(HVD_ERR_INVALID_ARGUMENT, knob_name(env, name) + "='" + *text +
-                                               "' is not a number of at least " +
-                                               std::to_string(static_cast<int64_t>(min)));
-  }
-  return value;
-}
-
 }  // namespace
 
-Result<SchedulerOptions> SchedulerOptions::from_env(const EnvLookup& env) {
+SchedulerOptions SchedulerOptions::from(const Settings& settings) {
   SchedulerOptions o;
-  HVD_ASSIGN_OR_RETURN(double cycle_ms, number_knob(env, "CYCLE_TIME", 1, 0));
-  o.cycle_time = std::chrono::microseconds(static_cast<int64_t>(cycle_ms * 1000));
-  HVD_ASSIGN_OR_RETURN(double threshold,
-                       number_knob(env, "FUSION_THRESHOLD", static_cast<double>(128 << 20), 0));
-  o.fusion_threshold = static_cast<uint64_t>(threshold);
-  HVD_ASSIGN_OR_RETURN(double capacity, number_knob(env, "CACHE_CAPACITY", 1024, 0));
-  o.cache_capacity = static_cast<size_t>(capacity);
-  o.timeline = knob(env, "TIMELINE").value_or("");
+  o.cycle_time =
+      std::chrono::microseconds(static_cast<int64_t>(settings.number(Knob::kCycleTime) * 1000));
+  o.fusion_threshold = static_cast<uint64_t>(settings.number(Knob::kFusionThreshold));
+  o.cache_capacity = static_cast<size_t>(settings.number(Knob::kCacheCapacity));
+  o.timeline = settings.text(Knob::kTimeline);
   // Horovod's DYNAMIC: no file until the application starts one (hvd has no such call): none.
   if (o.timeline == "DYNAMIC") o.timeline.clear();
-  o.timeline_mark_cycles = knob(env, "TIMELINE_MARK_CYCLES").value_or("0") == "1";
-  HVD_ASSIGN_OR_RETURN(double stall, number_knob(env, "STALL_CHECK_TIME_SECONDS", 60, 0));
-  o.stall_check = std::chrono::duration<double>(stall);
-  HVD_ASSIGN_OR_RETURN(double stop, number_knob(env, "STALL_SHUTDOWN_TIME_SECONDS", 0, 0));
-  o.stall_shutdown = std::chrono::duration<double>(stop);
-  if (knob(env, "STALL_CHECK_DISABLE").value_or("0") == "1") o.stall_check = {};
-  const std::string executor = knob(env, "DEVICE_EXECUTOR").value_or("1");
-  if (executor != "0" && executor != "1") {
-    return error(HVD_ERR_INVALID_ARGUMENT,
-                 knob_name(env, "DEVICE_EXECUTOR") + "='" + executor + "' is not 0 or 1");
-  }
-  o.device_executor = executor == "1";
+  o.timeline_mark_cycles = settings.flag(Knob::kTimelineMarkCycles);
+  o.stall_check = std::chrono::duration<double>(settings.number(Knob::kStallCheckTimeSeconds));
+  o.stall_shutdown =
+      std::chrono::duration<double>(settings.number(Knob::kStallShutdownTimeSeconds));
+  if (settings.flag(Knob::kStallCheckDisable)) o.stall_check = {};
+  o.device_executor = settings.flag(Knob::kDeviceExecutor);
+  o.timeout = settings.timeout();
   return o;
 }
 

@@ -24,7 +24,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "bootstrap/env.hpp"
+#include "bootstrap/settings.hpp"
 #include "comm/collectives.hpp"
 #include "comm/device_memory.hpp"
 #include "hvd/backend.h"
@@ -53,8 +53,8 @@ struct SchedulerOptions {
   // executor cannot run (for a test plugin that takes host pointers for CUDA memory).
   bool device_executor = true;
 
-  // The knobs above, or HOROVOD_* spellings; a malformed value is an error naming it.
-  static Result<SchedulerOptions> from_env(const EnvLookup& env);
+  // The knobs above, as hvd_init read them.
+  static SchedulerOptions from(const Settings& settings);
 };
 
 class Scheduler;
