@@ -12,6 +12,7 @@
 #include "bootstrap/host.hpp"
 #include "comm/agreement.hpp"
 #include "comm/host_services.hpp"
+#include "common/call_checks.hpp"
 #include "common/log.hpp"
 #include "common/status_text.hpp"
 #include "hvd/sdk/env.hpp"
@@ -1027,20 +1028,15 @@ Status Communicator::run_on_runner(hvd_collective entry, const char* what,
 
 Status Communicator::validate(hvd_collective entry, const char* what,
                               const hvd_collective_args& a) const {
-  const bool uses_op = entry == HVD_COLLECTIVE_ALLREDUCE || entry == HVD_COLLECTIVE_REDUCE_SCATTER;
+  const bool uses_op = reduces(entry);
   const bool uses_root = entry == HVD_COLLECTIVE_BROADCAST;
   auto invalid = [&](const std::string& why) {
     return error(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": " + why);
   };
+  const std::string problem =
+      call_problem(entry, a.dtype, a.op, a.root, a.memory_type, world_.size);
+  if (!problem.empty()) return invalid(problem);
   const size_t element = hvd_dtype_size(a.dtype);
-  if (element == 0) return invalid("dtype " + std::to_string(a.dtype) + " is not an hvd_dtype");
-  if (uses_op && (a.op < 0 || a.op >= HVD_REDUCE_OP_COUNT)) {
-    return invalid("reduce op " + std::to_string(a.op) + " is not an hvd_reduce_op");
-  }
-  if (uses_root && (a.root < 0 || a.root >= world_.size)) {
-    return invalid("root " + std::to_string(a.root) + " is not a rank of this job of " +
-                   std::to_string(world_.size));
-  }
   // A multiplication, not a division: this check runs on every call (see bench/micro).
   uint64_t total_bytes = 0;
   if (__builtin_mul_overflow(a.count, element * static_cast<uint64_t>(world_.size), &total_bytes)) {
@@ -1087,9 +1083,6 @@ Status Communicator::validate(hvd_collective entry, const char* what,
     return invalid("buffer is NULL for " + std::to_string(a.count) + " elements");
   }
   const bool cuda = a.memory_type == HVD_MEMORY_CUDA;
-  if (a.memory_type != HVD_MEMORY_HOST && !cuda) {
-    return invalid("memory type " + std::to_string(a.memory_type) + " is not an hvd_memory_type");
-  }
   // CUDA memory goes to a backend that takes it, or is staged through host memory; host memory
   // to one that takes it, or through device memory where the backend binds a device.
   const uint64_t takes = cuda || host_staging_device_ >= 0

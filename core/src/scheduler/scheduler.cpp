@@ -7,6 +7,7 @@
 #include <new>
 #include <string_view>
 
+#include "common/call_checks.hpp"
 #include "common/log.hpp"
 #include "common/status_text.hpp"
 #include "hvd/reduce.h"
@@ -305,17 +306,9 @@ Status Scheduler::prepare(Submission& s) const {
   };
   if (s.name.empty()) return error(HVD_ERR_INVALID_ARGUMENT, "a tensor needs a name");
   TensorSpec& spec = s.spec;
-  if (hvd_dtype_size(spec.dtype) == 0)
-    return invalid("dtype " + std::to_string(spec.dtype) + " is not an hvd_dtype");
-  const bool reduces =
-      spec.type == HVD_COLLECTIVE_ALLREDUCE || spec.type == HVD_COLLECTIVE_REDUCE_SCATTER;
-  if (reduces && (spec.op < 0 || spec.op >= HVD_REDUCE_OP_COUNT)) {
-    return invalid("reduce op " + std::to_string(spec.op) + " is not an hvd_reduce_op");
-  }
-  if (spec.type == HVD_COLLECTIVE_BROADCAST && (spec.root < 0 || spec.root >= control_.size())) {
-    return invalid("root " + std::to_string(spec.root) + " is not a rank of this job of " +
-                   std::to_string(control_.size()));
-  }
+  const std::string problem =
+      call_problem(spec.type, spec.dtype, spec.op, spec.root, spec.memory, control_.size());
+  if (!problem.empty()) return invalid(problem);
   if (spec.shape.size() > 64) return invalid("more than 64 dimensions");
   uint64_t elements = 1;
   for (int64_t d : spec.shape) {
@@ -323,9 +316,6 @@ Status Scheduler::prepare(Submission& s) const {
     if (d > 0 && elements > (UINT64_MAX >> 8) / static_cast<uint64_t>(d))
       return invalid("too many elements");
     elements *= static_cast<uint64_t>(d);
-  }
-  if (spec.memory != HVD_MEMORY_HOST && spec.memory != HVD_MEMORY_CUDA) {
-    return invalid("memory type " + std::to_string(spec.memory) + " is not an hvd_memory_type");
   }
   const bool cuda_to_backend = spec.memory == HVD_MEMORY_CUDA && data_.takes_cuda_memory();
   if (cuda_to_backend && spec.device < 0) {
@@ -412,7 +402,7 @@ Status Scheduler::prepare(Submission& s) const {
   }
   for (double factor : {spec.prescale, spec.postscale}) {
     if (!std::isfinite(factor)) return invalid("a scale factor is not finite");
-    if (factor != 1 && !reduces)
+    if (factor != 1 && !reduces(spec.type))
       return invalid("scale factors apply to allreduce and reduce-scatter only");
     if (factor != 1 && !is_float(spec.dtype)) {
       return invalid(std::string("scale factors need a floating-point dtype, not ") +
