@@ -68,9 +68,8 @@ struct Blocks {
 // every send completed.
 class RingPass {
  public:
-  enum class Kind { kAllreduce, kReduceScatter, kAllgather };
-
-  RingPass(Endpoint& ep, const Tuning& tuning, Kind kind, const hvd_collective_args& args,
+  // `kind`: an allreduce runs both passes, a reduce-scatter the first, an allgather the second.
+  RingPass(Endpoint& ep, const Tuning& tuning, hvd_collective kind, const hvd_collective_args& args,
            Blocks blocks, char* scratch)
       : ep_(ep),
         kind_(kind),
@@ -86,8 +85,8 @@ class RingPass {
         slots_(tuning.segments_in_flight),
         sends_in_flight_(tuning.sends_in_flight) {
     segment_elems_ = std::max<uint64_t>(1, tuning.segment_bytes / esize_);
-    rs_ = kind == Kind::kAllgather ? 0 : n_ - 1;
-    ag_ = kind == Kind::kReduceScatter ? 0 : n_ - 1;
+    rs_ = kind == HVD_COLLECTIVE_ALLGATHER ? 0 : n_ - 1;
+    ag_ = kind == HVD_COLLECTIVE_REDUCE_SCATTER ? 0 : n_ - 1;
     const uint64_t largest = blocks_.largest();
     m_ = (largest + segment_elems_ - 1) / segment_elems_;
     total_ = static_cast<uint64_t>(rs_ + ag_) * m_;
@@ -97,13 +96,13 @@ class RingPass {
 
   // Scratch bytes the pass needs: the slots, and for reduce-scatter two block-sized regions for
   // the partial reductions in transit (allreduce keeps them in the output).
-  static size_t scratch_bytes(const Tuning& tuning, Kind kind, const Blocks& blocks, size_t esize,
-                              int n) {
-    if (kind == Kind::kAllgather || n == 1) return 0;
+  static size_t scratch_bytes(const Tuning& tuning, hvd_collective kind, const Blocks& blocks,
+                              size_t esize, int n) {
+    if (kind == HVD_COLLECTIVE_ALLGATHER || n == 1) return 0;
     const uint64_t segment_elems = std::max<uint64_t>(1, tuning.segment_bytes / esize);
     const uint64_t segment = std::min<uint64_t>(segment_elems, blocks.largest()) * esize;
     size_t bytes = tuning.segments_in_flight * segment;
-    if (kind == Kind::kReduceScatter) bytes += 2 * blocks.largest() * esize;
+    if (kind == HVD_COLLECTIVE_REDUCE_SCATTER) bytes += 2 * blocks.largest() * esize;
     return bytes;
   }
 
@@ -152,7 +151,7 @@ class RingPass {
     const uint64_t t = k / m_;
     const uint64_t j = k % m_;
     const int b = recv_block(t);
-    if (kind_ == Kind::kReduceScatter) {
+    if (kind_ == HVD_COLLECTIVE_REDUCE_SCATTER) {
       // The output holds block r alone; partials in transit live in the two regions.
       return static_cast<int>(t) == rs_ - 1 ? dst_ + seg_start(j) * esize_
                                             : region(t) + seg_start(j) * esize_;
@@ -165,7 +164,7 @@ class RingPass {
     const uint64_t j = k % m_;
     if (t > 0) return produced(k - m_);
     const int b = send_block(0);
-    if (kind_ == Kind::kAllgather) return out(b, j);  // this rank's block, already in place
+    if (kind_ == HVD_COLLECTIVE_ALLGATHER) return out(b, j);  // this rank's block, already in place
     return src_ + (blocks_.offset[static_cast<size_t>(b)] + seg_start(j)) * esize_;
   }
   char* recv_target(uint64_t k) const {
@@ -188,11 +187,11 @@ class RingPass {
     if (k >= recvs_posted_ || !done(recvs_[k])) return false;
     // Reduce-scatter partials reuse a region two steps later, once the step between sent it.
     const uint64_t t = k / m_;
-    if (kind_ == Kind::kReduceScatter && t >= 2 && static_cast<int>(t) < rs_ - 1) {
+    if (kind_ == HVD_COLLECTIVE_REDUCE_SCATTER && t >= 2 && static_cast<int>(t) < rs_ - 1) {
       if (k - m_ >= sends_posted_ || !done(sends_[k - m_])) return false;
     }
     // In place, the result goes to the front of the input, which the first step may be sending.
-    if (kind_ == Kind::kReduceScatter && src_ == dst_ && static_cast<int>(t) == rs_ - 1) {
+    if (kind_ == HVD_COLLECTIVE_REDUCE_SCATTER && src_ == dst_ && static_cast<int>(t) == rs_ - 1) {
       const uint64_t first = k % m_;
       if (first >= sends_posted_ || !done(sends_[first])) return false;
     }
@@ -258,7 +257,7 @@ class RingPass {
   }
 
   Endpoint& ep_;
-  Kind kind_;
+  hvd_collective kind_;
   int r_, n_;
   size_t esize_;
   hvd_dtype dtype_;
@@ -321,10 +320,9 @@ Status Collectives::allreduce(const hvd_collective_args& args) {
       return allreduce_recursive_doubling(args);
     }
     const Blocks blocks = Blocks::even(args.count, ep_.size());
-    using Kind = RingPass::Kind;
-    char* space = scratch(RingPass::scratch_bytes(tuning_, Kind::kAllreduce, blocks,
+    char* space = scratch(RingPass::scratch_bytes(tuning_, HVD_COLLECTIVE_ALLREDUCE, blocks,
                                                   hvd_dtype_size(args.dtype), ep_.size()));
-    return RingPass(ep_, tuning_, Kind::kAllreduce, args, blocks, space).run();
+    return RingPass(ep_, tuning_, HVD_COLLECTIVE_ALLREDUCE, args, blocks, space).run();
   });
 }
 
@@ -409,9 +407,9 @@ Status Collectives::reduce_scatter(const hvd_collective_args& args) {
     // Every block holds `count` elements: the input is count * n, block b is rank b's.
     std::vector<uint64_t> counts(static_cast<size_t>(n), args.count);
     const Blocks blocks = Blocks::of_counts(counts.data(), n);
-    using Kind = RingPass::Kind;
-    char* space = scratch(RingPass::scratch_bytes(tuning_, Kind::kReduceScatter, blocks, esize, n));
-    return RingPass(ep_, tuning_, Kind::kReduceScatter, args, blocks, space).run();
+    char* space =
+        scratch(RingPass::scratch_bytes(tuning_, HVD_COLLECTIVE_REDUCE_SCATTER, blocks, esize, n));
+    return RingPass(ep_, tuning_, HVD_COLLECTIVE_REDUCE_SCATTER, args, blocks, space).run();
   });
 }
 
@@ -426,7 +424,7 @@ Status Collectives::allgather(const hvd_collective_args& args) {
     char* mine = static_cast<char*>(args.recvbuf) + blocks.offset[static_cast<size_t>(r)] * esize;
     if (args.sendbuf != mine && args.count > 0) std::memcpy(mine, args.sendbuf, args.count * esize);
     if (n == 1) return Status::success();
-    return RingPass(ep_, tuning_, RingPass::Kind::kAllgather, args, blocks, nullptr).run();
+    return RingPass(ep_, tuning_, HVD_COLLECTIVE_ALLGATHER, args, blocks, nullptr).run();
   });
 }
 
@@ -492,7 +490,7 @@ Status Collectives::broadcast_scatter_allgather(const hvd_collective_args& args)
   HVD_RETURN_IF_ERROR(ep_.wait_all());
   hvd_collective_args gather = args;
   gather.sendbuf = block(r);
-  return RingPass(ep_, tuning_, RingPass::Kind::kAllgather, gather, blocks, nullptr).run();
+  return RingPass(ep_, tuning_, HVD_COLLECTIVE_ALLGATHER, gather, blocks, nullptr).run();
 }
 
 // ---- barrier, alltoall

@@ -70,41 +70,17 @@ hvd_dtype hvd_dtype_of(at::ScalarType type) {
   }
 }
 
-enum class Kind { allreduce, allgather, broadcast, alltoall, reducescatter };
+// The collectives hvd.torch makes (hvd_collective), as Python names them.
+using Kind = hvd_collective;
 
+// Horovod's name of a collective, the prefix of its unnamed tensors' names.
 const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::allreduce:
-      return "allreduce";
-    case Kind::allgather:
-      return "allgather";
-    case Kind::broadcast:
-      return "broadcast";
-    case Kind::alltoall:
-      return "alltoall";
-    case Kind::reducescatter:
-      return "reducescatter";
-  }
-  return "?";
+  return kind == HVD_COLLECTIVE_REDUCE_SCATTER ? "reducescatter" : hvd_collective_name(kind);
 }
 
-hvd_collective collective_of(Kind kind) {
-  switch (kind) {
-    case Kind::allreduce:
-      return HVD_COLLECTIVE_ALLREDUCE;
-    case Kind::allgather:
-      return HVD_COLLECTIVE_ALLGATHER;
-    case Kind::broadcast:
-      return HVD_COLLECTIVE_BROADCAST;
-    case Kind::alltoall:
-      return HVD_COLLECTIVE_ALLTOALL;
-    case Kind::reducescatter:
-      return HVD_COLLECTIVE_REDUCE_SCATTER;
-  }
-  return HVD_COLLECTIVE_ALLREDUCE;
+bool reduces(Kind kind) {
+  return kind == HVD_COLLECTIVE_ALLREDUCE || kind == HVD_COLLECTIVE_REDUCE_SCATTER;
 }
-
-bool reduces(Kind kind) { return kind == Kind::allreduce || kind == Kind::reducescatter; }
 
 // One tensor of an operation: what hvd reads and writes, and what the caller gets back.
 struct Slot {
@@ -124,7 +100,7 @@ struct Slot {
 
 // A submitted operation: one tensor, or a group that completes together.
 struct Operation {
-  Kind kind = Kind::allreduce;
+  Kind kind = HVD_COLLECTIVE_ALLREDUCE;
   int set_size = 0;
   std::vector<Slot> slots;
   std::vector<hvd::Request> requests;
@@ -313,7 +289,7 @@ class Runtime {
       prepare(slot, kind, tensors[i], outputs.empty() ? std::nullopt : outputs[i], comm, prescale,
               postscale, stream);
       slot.name = tensors.size() > 1 ? base + "." + std::to_string(i) : base;
-      if (kind == Kind::alltoall) slot.splits = splits;
+      if (kind == HVD_COLLECTIVE_ALLTOALL) slot.splits = splits;
       slot.op = static_cast<hvd_reduce_op>(op);
       // Horovod averages integers by scaling the sum by postscale / size: one truncation, where
       // hvd's average and then the postscale would truncate twice.
@@ -328,7 +304,7 @@ class Runtime {
       std::vector<hvd_tensor> group;
       for (Slot& s : operation->slots) {
         hvd_tensor t{};
-        t.collective = collective_of(kind);
+        t.collective = kind;
         t.name = s.name.c_str();
         t.sendbuf = s.send.data_ptr();
         t.recvbuf = s.recv.defined() ? s.recv.data_ptr() : nullptr;
@@ -382,7 +358,7 @@ class Runtime {
       Slot& slot = done->slots[i];
       const hvd::Request& request =
           done->requests.size() == 1 ? done->requests[0] : done->requests[i];
-      if (done->kind == Kind::allgather || done->kind == Kind::alltoall) {
+      if (done->kind == HVD_COLLECTIVE_ALLGATHER || done->kind == HVD_COLLECTIVE_ALLTOALL) {
         hvd::Result<hvd::Request::Output> out = request.output();
         if (!out.ok()) fail(out.status());
         std::vector<int64_t> shape = slot.shape;
@@ -390,7 +366,7 @@ class Runtime {
         shape[0] = out->first_dim;
         at::Tensor gathered = at::from_blob(out->data, shape, slot.send.options().device(at::kCPU));
         slot.output = gathered.to(slot.input.options(), /*non_blocking=*/false, /*copy=*/true);
-        if (done->kind == Kind::alltoall) {
+        if (done->kind == HVD_COLLECTIVE_ALLTOALL) {
           hvd::Result<std::vector<int64_t>> rows = request.received_splits(done->set_size);
           if (!rows.ok()) fail(rows.status());
           received.push_back(at::tensor(*rows, at::kLong).to(at::kInt));
@@ -447,10 +423,10 @@ class Runtime {
       slot.placement.device = -1;
     }
     switch (kind) {
-      case Kind::allgather:
-      case Kind::alltoall:
+      case HVD_COLLECTIVE_ALLGATHER:
+      case HVD_COLLECTIVE_ALLTOALL:
         return;  // hvd allocates the output
-      case Kind::reducescatter: {
+      case HVD_COLLECTIVE_REDUCE_SCATTER: {
         if (tensor.dim() == 0) {
           throw py::value_error(
               "hvd.torch: reducescatter needs a tensor of at least one dimension");
@@ -464,8 +440,8 @@ class Runtime {
             slot.recv.scalar_type() == type ? slot.recv : at::empty(out_shape, tensor.options());
         return;
       }
-      case Kind::allreduce:
-      case Kind::broadcast: {
+      case HVD_COLLECTIVE_ALLREDUCE:
+      case HVD_COLLECTIVE_BROADCAST: {
         const at::Tensor out = output ? *output : at::empty_like(tensor);
         slot.output = out;
         if (out.is_same(tensor) && send.data_ptr() != tensor.data_ptr()) {
@@ -477,6 +453,9 @@ class Runtime {
         }
         return;
       }
+      default:  // _ops.Kind names only the five above
+        throw py::value_error(std::string("hvd.torch: ") + hvd_collective_name(kind) +
+                              " is not a collective of tensors");
     }
   }
 
@@ -488,18 +467,20 @@ class Runtime {
     void* recv = s.recv.defined() ? s.recv.data_ptr() : nullptr;
     hvd::Result<hvd::Request> r = [&]() -> hvd::Result<hvd::Request> {
       switch (kind) {
-        case Kind::allreduce:
+        case HVD_COLLECTIVE_ALLREDUCE:
           return comm.allreduce_async(s.name, send, recv, dtype, s.shape, s.op, s.prescale,
                                       s.postscale, placement);
-        case Kind::allgather:
+        case HVD_COLLECTIVE_ALLGATHER:
           return comm.allgather_async(s.name, send, nullptr, dtype, s.shape, placement);
-        case Kind::broadcast:
+        case HVD_COLLECTIVE_BROADCAST:
           return comm.broadcast_async(s.name, send, recv, dtype, s.shape, root, placement);
-        case Kind::alltoall:
+        case HVD_COLLECTIVE_ALLTOALL:
           return comm.alltoall_async(s.name, send, nullptr, dtype, s.shape, s.splits, placement);
-        case Kind::reducescatter:
+        case HVD_COLLECTIVE_REDUCE_SCATTER:
           return comm.reduce_scatter_async(s.name, send, recv, dtype, s.shape, s.op, s.prescale,
                                            s.postscale, placement);
+        default:
+          break;
       }
       return hvd::Status(HVD_ERR_INTERNAL, "unknown collective");
     }();
@@ -590,11 +571,11 @@ PYBIND11_MODULE(_ops, m) {
   py::register_exception<InternalError>(m, "HorovodInternalError", PyExc_RuntimeError);
 
   py::enum_<Kind>(m, "Kind")
-      .value("allreduce", Kind::allreduce)
-      .value("allgather", Kind::allgather)
-      .value("broadcast", Kind::broadcast)
-      .value("alltoall", Kind::alltoall)
-      .value("reducescatter", Kind::reducescatter);
+      .value("allreduce", HVD_COLLECTIVE_ALLREDUCE)
+      .value("allgather", HVD_COLLECTIVE_ALLGATHER)
+      .value("broadcast", HVD_COLLECTIVE_BROADCAST)
+      .value("alltoall", HVD_COLLECTIVE_ALLTOALL)
+      .value("reducescatter", HVD_COLLECTIVE_REDUCE_SCATTER);
   m.attr("SUM") = static_cast<int>(HVD_SUM);
   m.attr("AVERAGE") = static_cast<int>(HVD_AVERAGE);
   m.attr("MIN") = static_cast<int>(HVD_MIN);
