@@ -1,9 +1,9 @@
 // settings.hpp — every HVD_* knob, in one table: its name, whether Horovod's HOROVOD_* spelling
-// is taken (every core knob's is), its default, what values it takes and a line of documentation. hvd_init reads and
-// checks the core's knobs once (Settings::read); a communicator keeps what its world read, and the
-// scheduler, the controller and the communicators split from it use that. The table also lists
-// the knobs read elsewhere (the launcher's world variables, the plugins' own), so that it is the
-// one list the README's table is checked against.
+// is taken (every core knob's is), its default, what values it takes and a line of documentation.
+// hvd_init reads and checks the core's knobs once (Settings::read); a communicator keeps what its
+// world read, and the scheduler, the controller and the communicators split from it use that. The
+// table also lists the knobs read elsewhere (the launcher's world variables, the plugins' own), so
+// that it is the one list the README's table is checked against.
 #ifndef HVD_CORE_BOOTSTRAP_SETTINGS_HPP
 #define HVD_CORE_BOOTSTRAP_SETTINGS_HPP
 
