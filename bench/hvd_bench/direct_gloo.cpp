@@ -85,7 +85,8 @@ class DirectGloo final : public DirectLibrary {
   std::string unsupported(const CollectiveCall& c) const override {
     if (c.placement.memory_type != HVD_MEMORY_HOST) return "host memory only";
     if (c.dtype == HVD_BFLOAT16) return "Gloo has no bfloat16 type";
-    if (reduces(c.collective) && c.op == HVD_AVERAGE) return "Gloo has no average op";
+    if (hvd_collective_reduces(c.collective) && c.op == HVD_AVERAGE)
+      return "Gloo has no average op";
     if (c.collective == HVD_COLLECTIVE_ALLTOALL && c.send == c.recv) return "never in place";
     return "";
   }

@@ -49,7 +49,7 @@ class DirectMpi final : public DirectLibrary {
     if (builtin_type(c.dtype) == MPI_DATATYPE_NULL) {
       return std::string("MPI has no ") + hvd_dtype_name(c.dtype) + " type";
     }
-    if (reduces(c.collective) && builtin_op(c.op) == MPI_OP_NULL) {
+    if (hvd_collective_reduces(c.collective) && builtin_op(c.op) == MPI_OP_NULL) {
       return std::string("MPI has no ") + hvd_reduce_op_name(c.op) + " op";
     }
     if (c.count > static_cast<uint64_t>(INT_MAX)) return "count above INT_MAX";

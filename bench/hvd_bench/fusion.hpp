@@ -29,12 +29,12 @@ struct FusionResult {
 
 // Three communicators of one backend, alive together.
 struct Communicators {
-  Comm& fused;    // its scheduler started with the fusion threshold of the environment
-  Comm& unfused;  // its scheduler started with HVD_FUSION_THRESHOLD=0
+  Comm& fused;    // opened with the fusion threshold of the environment
+  Comm& unfused;  // opened with HVD_FUSION_THRESHOLD=0
   Comm& direct;   // no scheduler: its blocking calls go straight to the backend
 };
 
-// Starts `comm`'s scheduler (which reads its knobs then) with one tiny asynchronous allreduce.
+// Starts `comm`'s scheduler with one tiny asynchronous allreduce.
 Status start_scheduler(Comm& comm);
 
 // The single allreduce, fused, apart and unfused steps take turns, then the single allreduce and

@@ -140,7 +140,7 @@ class Runner {
     HVD_ASSIGN_OR_RETURN(*skipped, probe(collective));
     if (!skipped->empty()) return Status::success();
     std::vector<std::optional<hvd_reduce_op>> ops;
-    if (reduces(collective)) {
+    if (hvd_collective_reduces(collective)) {
       for (hvd_reduce_op op : o_.ops) ops.emplace_back(op);
     } else {
       ops.emplace_back(std::nullopt);
@@ -547,9 +547,9 @@ class Bench {
   }
 
  private:
-  // --tensors: per backend, three communicators at once: one whose scheduler fuses, one whose
-  // scheduler started with HVD_FUSION_THRESHOLD=0 (the scheduler reads its knobs when it
-  // starts), and one without a scheduler for the single allreduce.
+  // --tensors: per backend, three communicators at once: one whose scheduler fuses, one opened
+  // with HVD_FUSION_THRESHOLD=0 (hvd_init reads the knobs), and one without a scheduler for the
+  // single allreduce.
   int run_fusion(const std::vector<std::string>& backends) {
     bool failed = false;
     const std::optional<std::string> threshold = settings_.optional(core::Knob::kFusionThreshold);

@@ -153,10 +153,6 @@ Status check_compare_in(const std::string& name, const std::vector<std::string>&
   return Status::success();
 }
 
-bool reduces(hvd_collective c) {
-  return c == HVD_COLLECTIVE_ALLREDUCE || c == HVD_COLLECTIVE_REDUCE_SCATTER;
-}
-
 bool has_in_place(hvd_collective c) { return c != HVD_COLLECTIVE_ALLTOALL; }
 
 const char* type_name(hvd_dtype dtype) {

@@ -11,8 +11,7 @@
 
 namespace hvd::bench {
 
-// Whether a collective reduces (takes -o), and whether it has an in-place form.
-bool reduces(hvd_collective c);
+// Whether a collective has an in-place form (hvd_collective_reduces: whether it takes -o).
 bool has_in_place(hvd_collective c);
 
 struct Options {

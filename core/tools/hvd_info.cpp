@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bootstrap/settings.hpp"
+#include "common/log.hpp"
 #include "hvd/backend.h"
 #include "loader/plugin_loader.hpp"
 #include "plugin_probe.hpp"
@@ -28,7 +29,8 @@ using hvd::Result;
 namespace {
 
 // Every knob of the table: its value here (or its default), and what it does.
-void print_settings(const Settings& settings, const EnvLookup& env) {
+void print_settings(const Settings& settings, const EnvLookup& env,
+                    const std::vector<Settings::Problem>& problems) {
   std::printf(
       "\nSettings (HOROVOD_<name> is read where HVD_<name> is unset, except for the plugins'):\n");
   size_t width = 0;
@@ -45,6 +47,9 @@ void print_settings(const Settings& settings, const EnvLookup& env) {
               ? settings.text(k)
               : (knob.fallback != nullptr ? std::string(knob.fallback) + " (default)" : "(unset)");
       if (k == Knob::kSecret && settings.is_set(k)) value = "(set)";
+      for (const Settings::Problem& p : problems) {  // a refused value, and why
+        if (p.knob == k) value = "INVALID: " + p.why.message();
+      }
     } else {
       const auto set = env(variable);
       value = set ? *set : "(unset)";
@@ -66,20 +71,18 @@ int main(int argc, char** argv) {
           "(HVD_PLUGIN_PATH, then the\ninstall location) with their versions and "
           "capabilities, and the files that failed to load.\nEach plugin is loaded in a "
           "process of its own, so one that crashes or hangs (HVD_TIMEOUT)\nis reported and "
-          "the others are still listed. Exit status: 0 when every plugin loads, 1 when\nsome "
-          "failed to.\n");
+          "the others are still listed, then every HVD_* setting with its value here.\nExit "
+          "status: 0 when every plugin loads, 1 when some failed to, 2 when a setting's\nvalue "
+          "is one hvd_init would refuse (it is listed, marked).\n");
       return 0;
     }
     std::fprintf(stderr, "hvd-info: unknown argument '%s' (see --help)\n", argv[i]);
     return 2;
   }
   const EnvLookup env = process_env();
-  const Result<Settings> read = Settings::read(env);
-  if (!read.ok()) {
-    std::fprintf(stderr, "hvd-info: %s\n", read.status().message().c_str());
-    return 2;
-  }
-  const Settings& settings = *read;
+  std::vector<Settings::Problem> problems;  // listed with the settings: this tool explains
+  const Settings settings = Settings::read_leniently(env, &problems);
+  set_log_level(settings.text(Knob::kLogLevel));
   const std::chrono::milliseconds timeout = settings.timeout();
   const std::vector<fs::path> dirs = plugin_search_path(settings);
   std::printf("hvd %s, backend ABI %d.%d\n\nPlugin search path:\n", HVD_VERSION_STRING,
@@ -123,13 +126,18 @@ int main(int argc, char** argv) {
       std::printf("  %s\n    %s\n", f.path.c_str(), f.status.message().c_str());
     }
   }
-  print_settings(settings, env);
-  const auto chosen = settings.optional(Knob::kBackend);
-  const std::string name = chosen ? *chosen : "gloo";
+  print_settings(settings, env, problems);
+  const std::string name = settings.text(Knob::kBackend);
   bool listed = name.find('/') != std::string::npos;  // a path is loaded as given
   for (const PluginSummary& p : plugins) listed = listed || p.name == name;
-  std::printf("\nBackend for this environment: %s%s\n",
-              chosen ? chosen->c_str() : "gloo (the default; set HVD_BACKEND to choose)",
+  std::printf("\nBackend for this environment: %s%s%s\n", name.c_str(),
+              settings.is_set(Knob::kBackend) ? "" : " (the default; set HVD_BACKEND to choose)",
               listed ? "" : ", which is not among the backends above");
+  if (!problems.empty()) {
+    for (const Settings::Problem& p : problems) {
+      std::fprintf(stderr, "hvd-info: %s\n", p.why.message().c_str());
+    }
+    return 2;
+  }
   return failures.empty() ? 0 : 1;
 }

@@ -33,6 +33,7 @@
 #include "bootstrap/host.hpp"
 #include "bootstrap/settings.hpp"
 #include "bootstrap/store.hpp"
+#include "common/log.hpp"
 #include "hvd/sdk/env.hpp"
 
 extern char** environ;
@@ -297,7 +298,8 @@ bool job_on_this_host(const Options& opt) {
 // The address ranks reach this host at, when they may run elsewhere (mpirun mode).
 Result<std::string> rendezvous_host(const Options& opt, bool on_this_host) {
   if (!opt.rendezvous_host.empty()) return opt.rendezvous_host;
-  HVD_ASSIGN_OR_RETURN(const Settings settings, Settings::read(process_env()));
+  // The launcher's own environment: the other knobs are the ranks' to check.
+  const Settings settings = Settings::read_leniently(process_env(), nullptr);
   if (const auto iface = settings.optional(Knob::kRendezvousIface))
     return interface_address(*iface);
   if (on_this_host) return std::string("127.0.0.1");
@@ -577,6 +579,8 @@ int launch_locally(const Options& opt, std::vector<std::string> job_env) {
 int main(int argc, char** argv) {
   Options opt;
   if (!parse(argc, argv, &opt)) return 2;
+  // What the rendezvous server logs here (the ranks check their knobs themselves).
+  set_log_level(Settings::read_leniently(process_env(), nullptr).text(Knob::kLogLevel));
   const bool through_mpirun =
       opt.mpi || !opt.hosts.empty() || !opt.hostfile.empty() || opt.backend == "mpi";
 

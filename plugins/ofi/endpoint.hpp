@@ -196,7 +196,6 @@ class Endpoint {
   Status take_shape(int peer);
   // Posts the deferred sends whose peer's Shape matched, as far as the provider takes them.
   Status post_deferred();
-  // "allreduce of 4 float32 (sum)" and the like, for the mismatch's message.
   // This call's Shape, worked out the first time a message needs it.
   const Shape& shape();
   bool travels_apart(size_t bytes) const { return shape_checks_ && bytes > inject_size_; }

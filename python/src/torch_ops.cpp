@@ -78,10 +78,6 @@ const char* kind_name(Kind kind) {
   return kind == HVD_COLLECTIVE_REDUCE_SCATTER ? "reducescatter" : hvd_collective_name(kind);
 }
 
-bool reduces(Kind kind) {
-  return kind == HVD_COLLECTIVE_ALLREDUCE || kind == HVD_COLLECTIVE_REDUCE_SCATTER;
-}
-
 // One tensor of an operation: what hvd reads and writes, and what the caller gets back.
 struct Slot {
   at::Tensor input;   // the caller's tensor, kept alive until the operation completes
@@ -402,7 +398,7 @@ class Runtime {
     at::Tensor send = tensor.contiguous();
     if (type == at::kShort) send = send.to(at::kInt);
     // Each tensor of a group by its own dtype: a group may mix integers and floats.
-    const bool integer_scales = reduces(kind) && !at::isFloatingType(type);
+    const bool integer_scales = hvd_collective_reduces(kind) && !at::isFloatingType(type);
     if (integer_scales && prescale != 1) {
       send = (send.to(at::kDouble) * prescale).to(send.scalar_type());
     }

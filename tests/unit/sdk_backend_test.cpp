@@ -69,7 +69,6 @@ class Complete {
 hvd::sdk::InitContext Complete::last_context{0, 1, 0, 1, {}, "", hvd::sdk::Host(nullptr)};
 int Complete::aborts = 0;
 
-// The core and the plugins read whole numbers from the environment with it: digits alone.
 TEST(SdkTypes, EveryCollectiveKindHasItsName) {
   const std::vector<std::string> names = {"allreduce", "allgather", "broadcast", "reduce_scatter",
                                           "alltoall",  "barrier",   "join"};
@@ -135,6 +134,7 @@ TEST(SdkCallShape, TakesTheFieldsEachCollectiveReadsAndDescribesThem) {
   EXPECT_EQ(odd.describe(), "? of 7 ?");
 }
 
+// The core and the plugins read whole numbers from the environment with it: digits alone.
 TEST(SdkEnv, ParseWholeTakesDigitsAloneWithinTheMaximum) {
   EXPECT_EQ(hvd::sdk::parse_whole("0"), 0u);
   EXPECT_EQ(hvd::sdk::parse_whole("007"), 7u);

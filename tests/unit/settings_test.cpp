@@ -29,9 +29,39 @@ TEST(Settings, EveryCoreKnobHasItsDefaultWhenNothingIsSet) {
   EXPECT_EQ(s->text(Knob::kRendezvousServer), "rank0");
   EXPECT_FALSE(s->optional(Knob::kRendezvousAddr).has_value());
   EXPECT_FALSE(s->is_set(Knob::kBackend));
-  // The table's order is Knob's.
-  for (size_t i = 0; i < kKnobCount; ++i) {
-    EXPECT_NE(knob_table()[i].type, KnobType::kElsewhere) << knob_table()[i].name;
+  // The table's order is Knob's: each enumerator has its own row.
+  const std::map<Knob, std::string> names = {
+      {Knob::kBackend, "BACKEND"},
+      {Knob::kPluginPath, "PLUGIN_PATH"},
+      {Knob::kTimeout, "TIMEOUT"},
+      {Knob::kCheckArgs, "CHECK_ARGS"},
+      {Knob::kController, "CONTROLLER"},
+      {Knob::kHostname, "HOSTNAME"},
+      {Knob::kRendezvousAddr, "RENDEZVOUS_ADDR"},
+      {Knob::kSecret, "SECRET"},
+      {Knob::kRendezvousServer, "RENDEZVOUS_SERVER"},
+      {Knob::kRendezvousIface, "RENDEZVOUS_IFACE"},
+      {Knob::kBootstrapBackend, "BOOTSTRAP_BACKEND"},
+      {Knob::kHierarchicalAllreduce, "HIERARCHICAL_ALLREDUCE"},
+      {Knob::kHierarchicalChunkBytes, "HIERARCHICAL_CHUNK_BYTES"},
+      {Knob::kLogLevel, "LOG_LEVEL"},
+      {Knob::kCycleTime, "CYCLE_TIME"},
+      {Knob::kFusionThreshold, "FUSION_THRESHOLD"},
+      {Knob::kCacheCapacity, "CACHE_CAPACITY"},
+      {Knob::kTimeline, "TIMELINE"},
+      {Knob::kTimelineMarkCycles, "TIMELINE_MARK_CYCLES"},
+      {Knob::kStallCheckTimeSeconds, "STALL_CHECK_TIME_SECONDS"},
+      {Knob::kStallCheckDisable, "STALL_CHECK_DISABLE"},
+      {Knob::kStallShutdownTimeSeconds, "STALL_SHUTDOWN_TIME_SECONDS"},
+      {Knob::kDeviceExecutor, "DEVICE_EXECUTOR"},
+  };
+  ASSERT_EQ(names.size(), kKnobCount);
+  for (const auto& [knob, name] : names) {
+    EXPECT_EQ(spec(knob).name, name);
+    EXPECT_NE(spec(knob).type, KnobType::kElsewhere) << name;
+  }
+  for (size_t i = kKnobCount; i < knob_table().size(); ++i) {
+    EXPECT_EQ(knob_table()[i].type, KnobType::kElsewhere) << knob_table()[i].name;
   }
 }
 
@@ -71,15 +101,21 @@ TEST(Settings, EveryKindOfKnobIsChecked) {
   EXPECT_EQ(refused({{"HVD_TIMELINE_MARK_CYCLES", "true"}}).message(),
             "HVD_TIMELINE_MARK_CYCLES='true' is not 0 or 1");
   EXPECT_EQ(refused({{"HVD_CYCLE_TIME", "-1"}}).message(),
-            "HVD_CYCLE_TIME='-1' is not a number of at least 0");
+            "HVD_CYCLE_TIME='-1' is not a number from 0 to 1000000");
   EXPECT_EQ(refused({{"HOROVOD_FUSION_THRESHOLD", "64MB"}}).message(),
-            "HOROVOD_FUSION_THRESHOLD='64MB' is not a number of at least 0");
+            "HOROVOD_FUSION_THRESHOLD='64MB' is not a number from 0 to 1099511627776");
+  EXPECT_EQ(refused({{"HVD_FUSION_THRESHOLD", "1e30"}}).message(),
+            "HVD_FUSION_THRESHOLD='1e30' is not a number from 0 to 1099511627776");
   EXPECT_EQ(refused({{"HVD_HIERARCHICAL_CHUNK_BYTES", "1000"}}).message(),
             "HVD_HIERARCHICAL_CHUNK_BYTES='1000' is not 0 or a byte count of at least 65536");
   EXPECT_EQ(refused({{"HVD_LOG_LEVEL", "loud"}}).message(),
-            "HVD_LOG_LEVEL='loud' is not one of error, warning, info, debug, trace or fatal");
+            "HVD_LOG_LEVEL='loud' is not one of error, warning, info, debug, trace or fatal (in "
+            "any case)");
   EXPECT_EQ(refused({{"HVD_RENDEZVOUS_SERVER", "rank1"}}).message(),
-            "HVD_RENDEZVOUS_SERVER='rank1' is not one of rank0 or external");
+            "HVD_RENDEZVOUS_SERVER='rank1' is not one of rank0 or external (in any case)");
+  // Horovod's launcher writes its log level in upper case.
+  EXPECT_EQ(Settings::read(fake_env({{"HOROVOD_LOG_LEVEL", "INFO"}}))->text(Knob::kLogLevel),
+            "info");
   const Result<Settings> s = Settings::read(fake_env({{"HVD_HIERARCHICAL_CHUNK_BYTES", "0"},
                                                       {"HVD_STALL_CHECK_TIME_SECONDS", "0.5"},
                                                       {"HOROVOD_LOG_LEVEL", "trace"}}));
@@ -111,8 +147,10 @@ TEST(Settings, TheReadmesTableIsTheKnobTable) {
   std::map<std::string, std::string> defaults;
   const std::regex variable("`HVD_([A-Z0-9_]+)`");
   for (std::string line; std::getline(table, line);) {
-    if (line.rfind("| `HVD_", 0) != 0) continue;
+    if (line.rfind("| `", 0) != 0) continue;  // the header, the rule, the prose
+    EXPECT_EQ(line.rfind("| `HVD_", 0), 0u) << "a row that names no HVD_ variable: " << line;
     const size_t first_cell_end = line.find(" | ");
+    ASSERT_NE(first_cell_end, std::string::npos) << line;
     const std::string names = line.substr(0, first_cell_end);
     const size_t last_bar = line.rfind(" |");
     const size_t default_start = line.rfind("| ", last_bar - 1);

@@ -1,5 +1,6 @@
 #include "bootstrap/settings.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 
@@ -23,6 +24,19 @@ std::string listed(const std::string& choices) {
 
 std::string whole(double value) { return std::to_string(static_cast<int64_t>(value)); }
 
+// `text` as a whole finite number, nullopt where it is not one.
+std::optional<double> finite_number(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
 }  // namespace
 
 const std::vector<KnobSpec>& knob_table() {
@@ -30,7 +44,7 @@ const std::vector<KnobSpec>& knob_table() {
   static const std::vector<KnobSpec> table = {
       {"BACKEND", true, T::kText, "gloo", 0, kNoMax, nullptr,
        "backend name, or a path to a plugin .so", nullptr},
-      {"PLUGIN_PATH", true, T::kText, nullptr, 0, kNoMax, nullptr,
+      {"PLUGIN_PATH", false, T::kText, nullptr, 0, kNoMax, nullptr,
        "extra plugin directories, :-separated, searched before the install location", nullptr},
       {"TIMEOUT", true, T::kSeconds, "30", 0, 1e7, nullptr,
        "seconds that bound every wait (rendezvous, peers, each backend call, each blocking call)",
@@ -58,21 +72,21 @@ const std::vector<KnobSpec>& knob_table() {
        "bytes per chunk of the hierarchical allreduce's pipeline; 0: no pipeline", nullptr},
       {"LOG_LEVEL", true, T::kChoice, "warning", 0, kNoMax, "error|warning|info|debug|trace|fatal",
        "what hvd logs to stderr (Horovod's trace is debug, fatal is error)", nullptr},
-      {"CYCLE_TIME", true, T::kNumber, "1", 0, kNoMax, nullptr,
+      {"CYCLE_TIME", true, T::kNumber, "1", 0, 1e6, nullptr,
        "milliseconds between the scheduler's negotiation cycles", nullptr},
-      {"FUSION_THRESHOLD", true, T::kNumber, "134217728", 0, kNoMax, nullptr,
+      {"FUSION_THRESHOLD", true, T::kNumber, "134217728", 0, 1099511627776.0, nullptr,
        "bytes of one fusion buffer; 0 turns fusion off", nullptr},
-      {"CACHE_CAPACITY", true, T::kNumber, "1024", 0, kNoMax, nullptr,
+      {"CACHE_CAPACITY", true, T::kNumber, "1024", 0, 1e9, nullptr,
        "tensors the response cache remembers; 0 turns it off", nullptr},
       {"TIMELINE", true, T::kText, nullptr, 0, kNoMax, nullptr,
        "file for a Chrome trace of every tensor (rank 0 writes it); DYNAMIC: none", nullptr},
       {"TIMELINE_MARK_CYCLES", true, T::kFlag, "0", 0, kNoMax, nullptr,
        "1: mark each negotiation cycle in the timeline", nullptr},
-      {"STALL_CHECK_TIME_SECONDS", true, T::kNumber, "60", 0, kNoMax, nullptr,
+      {"STALL_CHECK_TIME_SECONDS", true, T::kNumber, "60", 0, 1e7, nullptr,
        "warn when ranks wait this long for others to submit a tensor; 0 off", nullptr},
       {"STALL_CHECK_DISABLE", true, T::kFlag, "0", 0, kNoMax, nullptr, "1: no stall warnings",
        nullptr},
-      {"STALL_SHUTDOWN_TIME_SECONDS", true, T::kNumber, "0", 0, kNoMax, nullptr,
+      {"STALL_SHUTDOWN_TIME_SECONDS", true, T::kNumber, "0", 0, 1e7, nullptr,
        "stop the scheduler on every rank after a stall this long; 0 never", nullptr},
       {"DEVICE_EXECUTOR", true, T::kFlag, "1", 0, kNoMax, nullptr,
        "0: CUDA tensors go to a backend that takes CUDA memory as they are, unfused", nullptr},
@@ -115,6 +129,13 @@ Settings::Settings() {
 }
 
 Result<Settings> Settings::read(const EnvLookup& env) {
+  std::vector<Problem> problems;
+  Settings settings = read_leniently(env, &problems);
+  if (!problems.empty()) return problems.front().why;
+  return settings;
+}
+
+Settings Settings::read_leniently(const EnvLookup& env, std::vector<Problem>* problems) {
   Settings settings;
   for (size_t i = 0; i < kKnobCount; ++i) {
     const KnobSpec& s = knob_table()[i];
@@ -126,7 +147,8 @@ Result<Settings> Settings::read(const EnvLookup& env) {
       value = env(variable);
       if (!value) variable = hvd;
     }
-    HVD_RETURN_IF_ERROR(settings.take(static_cast<Knob>(i), variable, value));
+    const Status taken = settings.take(static_cast<Knob>(i), variable, value);
+    if (!taken.ok() && problems != nullptr) problems->push_back({static_cast<Knob>(i), taken});
   }
   return settings;
 }
@@ -151,31 +173,31 @@ Status Settings::take(Knob knob, const std::string& variable,
     case KnobType::kText:
     case KnobType::kElsewhere:
       break;
-    case KnobType::kChoice: {
+    case KnobType::kChoice: {  // in any case, as Horovod reads its log level
       bool known = false;
-      for (const std::string& choice : split(s.choices, '|')) known = known || choice == text;
-      if (!known) return refused("one of " + listed(s.choices));
+      for (const std::string& choice : split(s.choices, '|'))
+        known = known || choice == lower(text);
+      if (!known) return refused("one of " + listed(s.choices) + " (in any case)");
       break;
     }
     case KnobType::kFlag:
       if (text != "0" && text != "1") return refused("0 or 1");
       break;
     case KnobType::kNumber: {
-      char* end = nullptr;
-      number = std::strtod(text.c_str(), &end);
-      if (end == text.c_str() || *end != '\0' || !std::isfinite(number) || number < s.min) {
-        return refused("a number of at least " + whole(s.min));
+      const std::optional<double> parsed = finite_number(text);
+      if (!parsed || *parsed < s.min || *parsed > s.max) {
+        return refused("a number from " + whole(s.min) + " to " + whole(s.max));
       }
+      number = *parsed;
       break;
     }
     case KnobType::kSeconds: {
-      char* end = nullptr;
-      number = std::strtod(text.c_str(), &end);
-      if (end == text.c_str() || *end != '\0' || !(number > 0) || !std::isfinite(number) ||
-          number > s.max) {
+      const std::optional<double> parsed = finite_number(text);
+      if (!parsed || !(*parsed > 0) || *parsed > s.max) {
         return refused("a number of seconds above 0 and at most " + whole(s.max) + " (" +
                        whole(s.max / 86400) + " days)");
       }
+      number = *parsed;
       break;
     }
     case KnobType::kBytes: {
@@ -187,7 +209,7 @@ Status Settings::take(Knob knob, const std::string& variable,
       break;
     }
   }
-  values_[i] = text;
+  values_[i] = s.type == KnobType::kChoice ? lower(text) : text;
   variables_[i] = variable;
   numbers_[i] = number;
   set_[i] = true;

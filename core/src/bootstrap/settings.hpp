@@ -50,9 +50,9 @@ constexpr size_t kKnobCount = static_cast<size_t>(Knob::kDeviceExecutor) + 1;
 // What values a knob takes.
 enum class KnobType : uint8_t {
   kText,       // any text
-  kChoice,     // one of `choices`
+  kChoice,     // one of `choices`, in any case (kept in lower case)
   kFlag,       // 0 or 1
-  kNumber,     // a finite number of at least `min`
+  kNumber,     // a finite number from `min` to `max`
   kSeconds,    // seconds above 0, at most `max`
   kBytes,      // 0, or a whole number of bytes of at least `min`
   kElsewhere,  // read by the launcher discovery or a plugin, not by Settings
@@ -79,6 +79,13 @@ class Settings {
   // The core's knobs from `env`, each checked against the table: the first one that is not
   // valid is the error, naming the variable as it was set.
   static Result<Settings> read(const EnvLookup& env);
+  // The same, keeping every valid knob and each refused one with why (tools that report rather
+  // than stop).
+  struct Problem {
+    Knob knob;
+    Status why;
+  };
+  static Settings read_leniently(const EnvLookup& env, std::vector<Problem>* problems);
   // Every knob at its default (tests, tools that read no environment).
   Settings();
 

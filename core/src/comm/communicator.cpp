@@ -1028,7 +1028,7 @@ Status Communicator::run_on_runner(hvd_collective entry, const char* what,
 
 Status Communicator::validate(hvd_collective entry, const char* what,
                               const hvd_collective_args& a) const {
-  const bool uses_op = reduces(entry);
+  const bool uses_op = hvd_collective_reduces(entry);
   const bool uses_root = entry == HVD_COLLECTIVE_BROADCAST;
   auto invalid = [&](const std::string& why) {
     return error(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": " + why);

@@ -63,7 +63,7 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   static Result<std::unique_ptr<Communicator>> create(const CommOptions& options,
                                                       const Settings& settings,
                                                       const EnvLookup& env);
-  // The same with the knobs read from `env` (a world's first communicator).
+  // The same with the knobs read from `env` (tests; hvd_init reads them itself first).
   static Result<std::unique_ptr<Communicator>> create(const CommOptions& options,
                                                       const EnvLookup& env);
   ~Communicator() override;  // finalize(), if it has not run

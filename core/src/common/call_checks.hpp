@@ -10,16 +10,12 @@
 
 namespace hvd::core {
 
-inline bool reduces(hvd_collective kind) {
-  return kind == HVD_COLLECTIVE_ALLREDUCE || kind == HVD_COLLECTIVE_REDUCE_SCATTER;
-}
-
 // Why a call of `kind` with these fields cannot run on `size` ranks, or empty. Only the fields
 // the collective reads are checked: an allgather's op is never looked at.
 inline std::string call_problem(hvd_collective kind, int dtype, int op, int root, int memory,
                                 int size) {
   if (hvd_dtype_size(dtype) == 0) return "dtype " + std::to_string(dtype) + " is not an hvd_dtype";
-  if (reduces(kind) && (op < 0 || op >= HVD_REDUCE_OP_COUNT)) {
+  if (hvd_collective_reduces(kind) && (op < 0 || op >= HVD_REDUCE_OP_COUNT)) {
     return "reduce op " + std::to_string(op) + " is not an hvd_reduce_op";
   }
   if (kind == HVD_COLLECTIVE_BROADCAST && (root < 0 || root >= size)) {

@@ -165,7 +165,7 @@ Result<std::vector<Request>> deserialize(const char* data, size_t size) {
     if (!r.get(&op) || !r.get(&s.root) || !r.get(&memory) || !r.get(&device_executor) ||
         device_executor > 1 || !r.get(&s.device) || !r.get(&s.prescale) || !r.get(&s.postscale) ||
         !r.get(&s.group) || !r.get(&s.group_size) || !r.get(&s.output_capacity) ||
-        type >= HVD_COLLECTIVE_COUNT) {
+        type >= HVD_COLLECTIVE_COUNT || type == HVD_COLLECTIVE_BARRIER) {
       return corrupt();
     }
     uint32_t nsplits = 0;

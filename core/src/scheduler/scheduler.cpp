@@ -402,7 +402,7 @@ Status Scheduler::prepare(Submission& s) const {
   }
   for (double factor : {spec.prescale, spec.postscale}) {
     if (!std::isfinite(factor)) return invalid("a scale factor is not finite");
-    if (factor != 1 && !reduces(spec.type))
+    if (factor != 1 && !hvd_collective_reduces(spec.type))
       return invalid("scale factors apply to allreduce and reduce-scatter only");
     if (factor != 1 && !is_float(spec.dtype)) {
       return invalid(std::string("scale factors need a floating-point dtype, not ") +

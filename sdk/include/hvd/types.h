@@ -154,6 +154,11 @@ static inline const char* hvd_reduce_op_name(int op) {
   return (op >= 0 && op < HVD_REDUCE_OP_COUNT) ? names[op] : "?";
 }
 
+/* Whether a collective reduces (reads an hvd_reduce_op): allreduce and reduce-scatter. */
+static inline int hvd_collective_reduces(int collective) {
+  return collective == HVD_COLLECTIVE_ALLREDUCE || collective == HVD_COLLECTIVE_REDUCE_SCATTER;
+}
+
 static inline const char* hvd_collective_name(int collective) {
   static const char* const names[HVD_COLLECTIVE_COUNT] = {
       "allreduce", "allgather", "broadcast", "reduce_scatter", "alltoall", "barrier", "join"};

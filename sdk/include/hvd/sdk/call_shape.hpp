@@ -40,11 +40,8 @@ struct CallShape {
     s.dtype = args->dtype;
     s.memory = args->memory_type;
     s.count = args->count;
+    if (hvd_collective_reduces(collective)) s.op = args->op;
     switch (collective) {
-      case HVD_COLLECTIVE_ALLREDUCE:
-      case HVD_COLLECTIVE_REDUCE_SCATTER:
-        s.op = args->op;
-        break;
       case HVD_COLLECTIVE_BROADCAST:
         s.root = args->root;
         break;
@@ -87,9 +84,8 @@ struct CallShape {
       text += std::to_string(count) + " ";
     }
     text += hvd_dtype_name(dtype);
-    if (collective == HVD_COLLECTIVE_ALLREDUCE || collective == HVD_COLLECTIVE_REDUCE_SCATTER) {
+    if (hvd_collective_reduces(collective))
       text += std::string(" (") + hvd_reduce_op_name(op) + ")";
-    }
     if (collective == HVD_COLLECTIVE_BROADCAST) text += " from root " + std::to_string(root);
     if (counts_digest != 0) {
       char digest[40];
