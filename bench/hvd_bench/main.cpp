@@ -82,7 +82,11 @@ std::string transport_of(const std::string& backend, const core::EnvLookup& env,
     std::string t =
         "Open MPI btl " + env("OMPI_MCA_btl").value_or("default (vader within a host, tcp across)");
     if (auto iface = env("OMPI_MCA_btl_tcp_if_include")) t += ", tcp on " + *iface;
-    return t;
+    // The plugin's HVD_MPI_ALGORITHMS: MPI's collectives unless it says hvd.
+    const std::string algorithms = env("HVD_MPI_ALGORITHMS").value_or("library");
+    return t + (algorithms == "hvd" || algorithms == "HVD"
+                    ? "; hvd's algorithms over point-to-point"
+                    : "; MPI's collectives");
   }
   if (backend == "nccl") return "NCCL (" + env("NCCL_NET").value_or("auto") + ")";
   if (backend == "ofi") {

@@ -12,43 +12,55 @@
 // itself (Debian's Open MPI 4.1 provides it); an application that initialized MPI with SERIALIZED
 // gets a world communicator, and split fails saying what to change.
 //
-// Every wait is bounded by the timeout init was given (HVD_TIMEOUT). MPI's blocking collectives
-// can be neither bounded nor interrupted, and its nonblocking ones (Open MPI's libnbc) cost far
-// more than the blocking ones (2 ranks, shared memory: 1.1-1.6 us against 0.7 us at 8 B, 1.5x at
-// 16 MiB). So the collectives are built here from nonblocking point-to-point messages, with the
-// algorithms of Open MPI's blocking collectives (recursive doubling and a ring for allreduce, a
-// binomial tree for broadcast, a ring for allgather and for reduce-scatter, pairwise exchange for
-// alltoall, dissemination for the barrier), and every round's messages are tested (MPI_Testsome)
-// against the call's deadline: a stopped peer, or ranks in different collectives (each kind has
-// its own tag), is HVD_ERR_TIMEOUT naming the ranks not heard from; a message of another length
-// than expected is HVD_ERR_MISMATCH. abort() sets a flag the test loop sees, and the call returns
-// at once. The exceptions are init's MPI_Init_thread and split's MPI_Comm_split, which MPI offers
-// only blocking (split() says how it keeps that wait short).
+// Two ways to move the data, chosen by HVD_MPI_ALGORITHMS:
+// - `library` (the default): MPI's own collectives, so that whatever the job's MPI does best
+//   (Open MPI's tuned algorithms, coll/ucc, coll/hcoll with in-network reduction, CUDA-aware
+//   transports) does the work. MPI's blocking collectives can be neither bounded nor interrupted,
+//   so each call takes one of two bounded forms, chosen per collective and size by measurement
+//   (docs/performance.md, "MPI's collectives"): the nonblocking call (MPI_Iallreduce, ...) tested
+//   against the deadline and the abort flag, or the blocking call on a thread of the plugin's
+//   (sdk::Runner) that the caller walks away from at the deadline or on abort.
+// - `hvd`: hvd's algorithms over nonblocking point-to-point messages (recursive doubling and a
+//   ring for allreduce, a binomial tree for broadcast, a ring for allgather and for reduce-scatter,
+//   pairwise exchange for alltoall, dissemination for the barrier), every round tested
+//   (MPI_Testsome) against the deadline. Each kind has its own tag, so ranks in different
+//   collectives time out instead of taking each other's messages, a message of another length is
+//   HVD_ERR_MISMATCH, and a timeout names the ranks not heard from, which MPI's collectives
+//   cannot tell.
+// Either way abort() sets a flag the wait sees, and the call returns at once. The waits neither
+// bounds are init's MPI_Init_thread and split's MPI_Comm_split, which MPI offers only blocking
+// (split() says how it keeps that wait short). Counts above MPI's int take MPI's collectives in
+// pieces of at most kMaxCount elements, in either mode (alltoall: hvd's exchange in pieces).
 //
-// What MPI cannot do: cancel a send, or a receive that has begun to arrive. A call that ends early
-// (timeout, abort, mismatch) cancels its receives that have not begun and leaves the rest to
-// finish in the background: the communicator then takes no more calls and is never freed, MPI
-// may still read that call's buffers (and, for a receive under way, write one) during later MPI
-// calls of this process, and the plugin skips the MPI_Finalize it would run at exit, which would
-// wait for the lost peer (docs/cluster.md, "MPI backend").
+// What MPI cannot do: cancel a send, a collective, or a receive that has begun to arrive. A call
+// that ends early (timeout, abort, mismatch) leaves them to finish in the background: the
+// communicator then takes no more calls and is never freed, MPI may still read that call's
+// buffers (and write its output) if the lost peer comes back, and the plugin skips the
+// MPI_Finalize it would run at exit, which would wait for the lost peer (docs/cluster.md, "MPI
+// backend").
 #include <mpi.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "hvd/reduce.h"
 #include "hvd/sdk/backend.hpp"
+#include "hvd/sdk/env.hpp"
+#include "hvd/sdk/runner.hpp"
 #include "mpi_types.hpp"
 
 namespace {
@@ -129,15 +141,52 @@ MPI_Op builtin_op(hvd_reduce_op op) {
   return op == HVD_AVERAGE ? MPI_SUM : hvd::mpi::builtin_op(op);
 }
 
-// MPI counts are int: larger buffers would need derived datatypes, which hvd does not do yet.
-Status to_int(uint64_t count, int* out, const char* what) {
-  if (count > static_cast<uint64_t>(INT_MAX)) {
-    return Status(HVD_ERR_UNSUPPORTED, std::string(what) + ": " + std::to_string(count) +
-                                           " elements exceed MPI's int count limit");
+// The elements one MPI call takes (its counts are int): larger calls go in pieces. A test build
+// lowers it (-DHVD_MPI_MAX_COUNT=7, tests/CMakeLists.txt) so that the pieces run at small sizes.
+#ifndef HVD_MPI_MAX_COUNT
+#define HVD_MPI_MAX_COUNT INT_MAX
+#endif
+constexpr uint64_t kMaxCount = HVD_MPI_MAX_COUNT;
+static_assert(kMaxCount >= 1 && kMaxCount <= static_cast<uint64_t>(INT_MAX));
+
+// Calls `piece(first, n)` for consecutive pieces of at most kMaxCount of `total` elements.
+template <typename Piece>
+Status in_pieces(uint64_t total, Piece piece) {
+  for (uint64_t first = 0; first < total; first += kMaxCount) {
+    HVD_RETURN_IF_ERROR(piece(first, static_cast<int>(std::min(kMaxCount, total - first))));
   }
-  *out = static_cast<int>(count);
   return Status::success();
 }
+
+// The element `index` of a buffer of `element`-byte elements.
+char* at(void* buffer, uint64_t index, size_t element) {
+  return static_cast<char*>(buffer) + index * element;
+}
+const char* at(const void* buffer, uint64_t index, size_t element) {
+  return static_cast<const char*>(buffer) + index * element;
+}
+
+// How HVD_MPI_ALGORITHMS moves the data: MPI's collectives, or hvd's over point-to-point.
+enum class Algorithms { kLibrary, kHvd };
+
+hvd::Result<Algorithms> algorithms_from_env() {
+  std::string text = hvd::sdk::env_or("HVD_MPI_ALGORITHMS", "library");
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (text == "library") return Algorithms::kLibrary;
+  if (text == "hvd") return Algorithms::kHvd;
+  return Status(HVD_ERR_INVALID_ARGUMENT,
+                "HVD_MPI_ALGORITHMS='" + hvd::sdk::env_or("HVD_MPI_ALGORITHMS", "") +
+                    "': it takes 'library' (MPI's own collectives, the default) or 'hvd' (hvd's "
+                    "algorithms over MPI point-to-point messages)");
+}
+
+// Library mode: from these sizes MPI's blocking call on the plugin's thread beats its nonblocking
+// call (Open MPI 4.1's libnbc: 1.3x slower allreduces from 256 KiB, 2x slower allgathers from
+// 64 KiB); below them the thread's hand-off (about 8 us) costs more than libnbc does. Broadcast,
+// reduce-scatter, alltoall and the barrier are as fast nonblocking at every size, and take that.
+// Measured: docs/performance.md, "MPI's collectives".
+constexpr uint64_t kBlockingAllreduceFromBytes = uint64_t{256} << 10;
+constexpr uint64_t kBlockingAllgatherFromBytes = uint64_t{64} << 10;
 
 // Set once a call left a request behind (timed out, aborted or mismatched). MPI_Finalize would
 // then wait for it and, in Open MPI, for every rank, one of which may never answer again: the exit
@@ -213,8 +262,14 @@ class Round {
   // A binomial tree's root sends to at most log2(INT_MAX) + 1 children.
   static constexpr int kMax = 34;
 
+  // `expected` of a send, and of a collective of MPI's (or MPI_Comm_idup), whose peer is
+  // kEveryPeer: MPI forbids cancelling or freeing such a request while it is active.
+  static constexpr int kSend = -1;
+  static constexpr int kCollective = -2;
+  static constexpr int kEveryPeer = -1;
+
   int size() const { return size_; }
-  // A slot for a request; `expected` is the element count a receive must bring, -1 for a send.
+  // A slot for a request; `expected` is the element count a receive must bring, or the above.
   MPI_Request* add(int peer, int expected) {
     peers_[size_] = peer;
     expected_[size_] = expected;
@@ -228,6 +283,7 @@ class Round {
   int peer(int i) const { return peers_[static_cast<size_t>(i)]; }
   int expected(int i) const { return expected_[static_cast<size_t>(i)]; }
   bool is_receive(int i) const { return expected_[static_cast<size_t>(i)] >= 0; }
+  bool is_collective(int i) const { return expected_[static_cast<size_t>(i)] == kCollective; }
 
  private:
   int size_ = 0;
@@ -272,13 +328,16 @@ class MpiBackend {
                         "communicator: initialize MPI with MPI_Init_thread(..., "
                         "MPI_THREAD_MULTIPLE, ...)");
     }
-    auto self = std::unique_ptr<MpiBackend>(new MpiBackend(ctx.timeout, ctx.members));
+    HVD_ASSIGN_OR_RETURN(const Algorithms algorithms, algorithms_from_env());
+    auto self = std::unique_ptr<MpiBackend>(new MpiBackend(ctx.timeout, ctx.members, algorithms));
     {
       // MPI_Comm_dup is collective: a rank that never comes would hold this one forever.
       const Call call{"MPI_Comm_idup", 0, MPI_BYTE, 1, Clock::now()};
       Round round;
       HVD_RETURN_IF_ERROR(
-          self->posted(call, round, MPI_Comm_idup(MPI_COMM_WORLD, &self->comm_, round.add(-1, -1)),
+          self->posted(call, round,
+                       MPI_Comm_idup(MPI_COMM_WORLD, &self->comm_,
+                                     round.add(Round::kEveryPeer, Round::kCollective)),
                        "MPI_Comm_idup"));
       HVD_RETURN_IF_ERROR(self->complete(call, round));
     }
@@ -308,63 +367,114 @@ class MpiBackend {
   // be entered concurrently).
   Status abort() {
     aborted_.store(true);
+    runner_.interrupt();
     return Status::success();
   }
 
   Status allreduce(const hvd_collective_args& a) {
-    int count = 0;
-    HVD_RETURN_IF_ERROR(to_int(a.count, &count, "allreduce"));
     HVD_RETURN_IF_ERROR(usable("allreduce"));
-    if (count == 0) return Status::success();
-    const size_t element = hvd_dtype_size(a.dtype);
-    if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
-    if (size_ > 1) {
-      const bool half = a.dtype == HVD_FLOAT16 || a.dtype == HVD_BFLOAT16;
-      const MPI_Op op = half ? half_ops_.ops[a.dtype == HVD_BFLOAT16][a.op] : builtin_op(a.op);
-      const Call call{"allreduce", kTagAllreduce, mpi_type(a.dtype), element, Clock::now()};
-      char* data = static_cast<char*>(a.recvbuf);
-      HVD_RETURN_IF_ERROR(a.count * element < kRingFromBytes || count < size_
-                              ? recursive_doubling(call, data, count, op)
-                              : ring_allreduce(call, data, count, op));
+    if (a.count == 0) return Status::success();
+    const Call call{"allreduce", kTagAllreduce, mpi_type(a.dtype), hvd_dtype_size(a.dtype),
+                    Clock::now()};
+    const MPI_Op op = reduce_op(a);
+    if (size_ > 1 && (algorithms_ == Algorithms::kLibrary || a.count > kMaxCount)) {
+      const bool blocking = a.count * call.element >= kBlockingAllreduceFromBytes;
+      const bool in_place = a.sendbuf == a.recvbuf;
+      HVD_RETURN_IF_ERROR(in_pieces(a.count, [&](uint64_t first, int n) {
+        const void* send = in_place ? MPI_IN_PLACE : at(a.sendbuf, first, call.element);
+        void* recv = at(a.recvbuf, first, call.element);
+        if (blocking) {
+          return blocking_call(call, [send, recv, n, type = call.type, op, comm = comm_] {
+            return MPI_Allreduce(send, recv, n, type, op, comm);
+          });
+        }
+        return nonblocking_call(call, [&](MPI_Request* request) {
+          return MPI_Iallreduce(send, recv, n, call.type, op, comm_, request);
+        });
+      }));
+    } else {
+      if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
+      if (size_ > 1) {
+        const int count = static_cast<int>(a.count);
+        char* data = static_cast<char*>(a.recvbuf);
+        HVD_RETURN_IF_ERROR(a.count * call.element < kRingFromBytes || count < size_
+                                ? recursive_doubling(call, data, count, op)
+                                : ring_allreduce(call, data, count, op));
+      }
     }
     if (a.op == HVD_AVERAGE) hvd_divide(a.recvbuf, a.count, a.dtype, size_);
     return Status::success();
   }
 
+  // Equal counts (allgather) or recv_counts (allgatherv, HVD_CAP_ALLGATHERV), packed in rank order.
   Status allgather(const hvd_collective_args& a) {
-    const size_t element = hvd_dtype_size(a.dtype);
-    if (a.recv_counts != nullptr) return allgatherv(a, element);
-    int count = 0;
-    int total = 0;  // the receive buffer must be addressable with int counts too
-    HVD_RETURN_IF_ERROR(to_int(a.count, &count, "allgather"));
-    HVD_RETURN_IF_ERROR(to_int(a.count * static_cast<uint64_t>(size_), &total, "allgather"));
-    HVD_RETURN_IF_ERROR(usable("allgather"));
-    if (count == 0) return Status::success();
-    std::vector<int> counts(static_cast<size_t>(size_), count);
-    std::vector<int> displs(static_cast<size_t>(size_));
-    for (int r = 0; r < size_; ++r) displs[static_cast<size_t>(r)] = r * count;
-    const Call call{"allgather", kTagAllgather, mpi_type(a.dtype), element, Clock::now()};
-    return ring_allgather(call, a.sendbuf, static_cast<char*>(a.recvbuf), counts, displs);
+    const bool varying = a.recv_counts != nullptr;
+    const char* const name = varying ? "allgatherv" : "allgather";
+    HVD_RETURN_IF_ERROR(usable(name));
+    const auto ranks = static_cast<size_t>(size_);
+    std::vector<uint64_t> counts(ranks), displs(ranks);
+    uint64_t total = 0;
+    for (size_t r = 0; r < ranks; ++r) {
+      counts[r] = varying ? a.recv_counts[r] : a.count;
+      displs[r] = total;
+      total += counts[r];
+    }
+    if (total == 0) return Status::success();
+    const Call call{name, varying ? kTagAllgatherv : kTagAllgather, mpi_type(a.dtype),
+                    hvd_dtype_size(a.dtype), Clock::now()};
+    const auto self = static_cast<size_t>(rank_);
+    char* const mine = at(a.recvbuf, displs[self], call.element);
+    // Every count and displacement fits in MPI's int when the total does.
+    if (total > kMaxCount)
+      return allgather_by_broadcasts(call, a.sendbuf, a.recvbuf, counts, displs);
+    std::vector<int> int_counts(counts.begin(), counts.end());
+    std::vector<int> int_displs(displs.begin(), displs.end());
+    if (algorithms_ == Algorithms::kHvd || size_ == 1) {
+      return ring_allgather(call, a.sendbuf, static_cast<char*>(a.recvbuf), int_counts, int_displs);
+    }
+    const void* send = a.sendbuf == mine ? MPI_IN_PLACE : a.sendbuf;
+    const int count = int_counts[self];
+    if (total * call.element >= kBlockingAllgatherFromBytes) {
+      return blocking_call(
+          call, [send, count, counts = std::move(int_counts), displs = std::move(int_displs),
+                 varying, recv = a.recvbuf, type = call.type, comm = comm_] {
+            return varying ? MPI_Allgatherv(send, count, type, recv, counts.data(), displs.data(),
+                                            type, comm)
+                           : MPI_Allgather(send, count, type, recv, count, type, comm);
+          });
+    }
+    return nonblocking_call(call, [&](MPI_Request* request) {
+      return varying ? MPI_Iallgatherv(send, count, call.type, a.recvbuf, int_counts.data(),
+                                       int_displs.data(), call.type, comm_, request)
+                     : MPI_Iallgather(send, count, call.type, a.recvbuf, count, call.type, comm_,
+                                      request);
+    });
   }
 
   Status broadcast(const hvd_collective_args& a) {
-    int count = 0;
-    HVD_RETURN_IF_ERROR(to_int(a.count, &count, "broadcast"));
     HVD_RETURN_IF_ERROR(usable("broadcast"));
-    if (count == 0) return Status::success();
-    const size_t element = hvd_dtype_size(a.dtype);
+    if (a.count == 0) return Status::success();
+    const Call call{"broadcast", kTagBroadcast, mpi_type(a.dtype), hvd_dtype_size(a.dtype),
+                    Clock::now()};
     if (rank_ == a.root && a.sendbuf != a.recvbuf) {
-      std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
+      std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
     }
-    const Call call{"broadcast", kTagBroadcast, mpi_type(a.dtype), element, Clock::now()};
-    return binomial_broadcast(call, a.recvbuf, count, a.root);
+    if (size_ == 1) return Status::success();
+    if (algorithms_ == Algorithms::kHvd && a.count <= kMaxCount) {
+      return binomial_broadcast(call, a.recvbuf, static_cast<int>(a.count), a.root);
+    }
+    return library_broadcast(call, a.recvbuf, a.count, a.root);
   }
 
-  // Dissemination: in round k every rank tells rank + 2^k it has arrived and hears from
+  // Dissemination (hvd): in round k every rank tells rank + 2^k it has arrived and hears from
   // rank - 2^k; after ceil(log2(n)) rounds every rank has heard, indirectly, from all.
   Status barrier() {
     HVD_RETURN_IF_ERROR(usable("barrier"));
     const Call call{"barrier", kTagBarrier, MPI_BYTE, 1, Clock::now()};
+    if (algorithms_ == Algorithms::kLibrary) {
+      return nonblocking_call(call,
+                              [&](MPI_Request* request) { return MPI_Ibarrier(comm_, request); });
+    }
     char token = 0;
     char received = 0;
     for (int distance = 1; distance < size_; distance *= 2) {
@@ -377,24 +487,34 @@ class MpiBackend {
   }
 
   Status reduce_scatter(const hvd_collective_args& a) {
-    int count = 0;
-    HVD_RETURN_IF_ERROR(to_int(a.count, &count, "reduce_scatter"));
     HVD_RETURN_IF_ERROR(usable("reduce_scatter"));
-    if (count == 0) return Status::success();
-    const size_t element = hvd_dtype_size(a.dtype);
+    if (a.count == 0) return Status::success();
+    const Call call{"reduce_scatter", kTagReduceScatter, mpi_type(a.dtype), hvd_dtype_size(a.dtype),
+                    Clock::now()};
     if (size_ == 1) {
-      if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
+      if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
       return Status::success();  // an average over one rank is the value itself
     }
-    const Call call{"reduce_scatter", kTagReduceScatter, mpi_type(a.dtype), element, Clock::now()};
-    HVD_RETURN_IF_ERROR(ring_reduce_scatter(call, static_cast<const char*>(a.sendbuf),
-                                            static_cast<char*>(a.recvbuf), count, a.dtype, a.op));
+    if (a.count > kMaxCount) {
+      HVD_RETURN_IF_ERROR(reduce_scatter_by_reduces(call, a));
+    } else if (algorithms_ == Algorithms::kLibrary) {
+      const void* send = a.sendbuf == a.recvbuf ? MPI_IN_PLACE : a.sendbuf;
+      HVD_RETURN_IF_ERROR(nonblocking_call(call, [&](MPI_Request* request) {
+        return MPI_Ireduce_scatter_block(send, a.recvbuf, static_cast<int>(a.count), call.type,
+                                         reduce_op(a), comm_, request);
+      }));
+    } else {
+      HVD_RETURN_IF_ERROR(ring_reduce_scatter(call, static_cast<const char*>(a.sendbuf),
+                                              static_cast<char*>(a.recvbuf),
+                                              static_cast<int>(a.count), a.dtype, a.op));
+    }
     if (a.op == HVD_AVERAGE) hvd_divide(a.recvbuf, a.count, a.dtype, size_);
     return Status::success();
   }
 
-  // Pairwise exchange: in round k each rank sends its block for rank + k and receives the block
-  // of rank - k, so each round pairs every rank with one sender and one receiver. A pair whose
+  // MPI_Ialltoallv (library) or pairwise exchange (hvd, and counts beyond MPI's int): in round k
+  // each rank sends its block for rank + k and receives the block of rank - k, so each round pairs
+  // every rank with one sender and one receiver, in pieces of at most kMaxCount. A pair whose
   // count is 0 still exchanges an empty message: a rank that sends where its peer expects nothing
   // is then a mismatch now, not a stray message that a later alltoall would take for its own.
   Status alltoall(const hvd_collective_args& a) {
@@ -403,46 +523,68 @@ class MpiBackend {
       return Status(HVD_ERR_INVALID_ARGUMENT,
                     "alltoall: the call has no send_counts or no recv_counts");
     }
+    HVD_RETURN_IF_ERROR(usable("alltoall"));
     const auto ranks = static_cast<size_t>(size_);
-    std::vector<int> send_counts(ranks), recv_counts(ranks);
-    std::vector<size_t> send_offsets(ranks), recv_offsets(ranks);
-    size_t send_total = 0;
-    size_t recv_total = 0;
+    std::vector<uint64_t> send_offsets(ranks), recv_offsets(ranks);
+    uint64_t send_total = 0;
+    uint64_t recv_total = 0;
     for (size_t r = 0; r < ranks; ++r) {
-      HVD_RETURN_IF_ERROR(to_int(a.send_counts[r], &send_counts[r], "alltoall"));
-      HVD_RETURN_IF_ERROR(to_int(a.recv_counts[r], &recv_counts[r], "alltoall"));
       send_offsets[r] = send_total;
       recv_offsets[r] = recv_total;
       send_total += a.send_counts[r];
       recv_total += a.recv_counts[r];
     }
-    HVD_RETURN_IF_ERROR(usable("alltoall"));
-    const size_t element = hvd_dtype_size(a.dtype);
     const auto self = static_cast<size_t>(rank_);
-    if (send_counts[self] != recv_counts[self]) {
+    if (a.send_counts[self] != a.recv_counts[self]) {
       return Status(HVD_ERR_MISMATCH, "alltoall: rank " + std::to_string(rank_) + " sends itself " +
-                                          std::to_string(send_counts[self]) +
+                                          std::to_string(a.send_counts[self]) +
                                           " elements but expects " +
-                                          std::to_string(recv_counts[self]));
+                                          std::to_string(a.recv_counts[self]));
     }
-    const char* send_buf = static_cast<const char*>(a.sendbuf);
-    char* recv_buf = static_cast<char*>(a.recvbuf);
-    if (send_counts[self] > 0) {
-      std::memcpy(recv_buf + recv_offsets[self] * element, send_buf + send_offsets[self] * element,
-                  static_cast<size_t>(send_counts[self]) * element);
+    const Call call{"alltoall", kTagAlltoall, mpi_type(a.dtype), hvd_dtype_size(a.dtype),
+                    Clock::now()};
+    if (algorithms_ == Algorithms::kLibrary && size_ > 1) {
+      // Whether MPI_Alltoallv can take the call depends on every rank's totals: one small
+      // allreduce tells each rank whether any rank's exceed MPI's int.
+      int too_large = std::max(send_total, recv_total) > kMaxCount ? 1 : 0;
+      HVD_RETURN_IF_ERROR(nonblocking_call(call, [&](MPI_Request* request) {
+        return MPI_Iallreduce(MPI_IN_PLACE, &too_large, 1, MPI_INT, MPI_MAX, comm_, request);
+      }));
+      if (too_large == 0) return library_alltoall(call, a, send_offsets, recv_offsets);
     }
-    const Call call{"alltoall", kTagAlltoall, mpi_type(a.dtype), element, Clock::now()};
+    if (a.send_counts[self] > 0) {
+      std::memcpy(at(a.recvbuf, recv_offsets[self], call.element),
+                  at(a.sendbuf, send_offsets[self], call.element),
+                  a.send_counts[self] * call.element);
+    }
+    auto pieces = [](uint64_t count) {
+      return std::max<uint64_t>(1, (count + kMaxCount - 1) / kMaxCount);
+    };
+    auto piece = [](uint64_t count, uint64_t k) {
+      return static_cast<int>(std::min(kMaxCount, count - std::min(count, k * kMaxCount)));
+    };
     for (int step = 1; step < size_; ++step) {
       const int to = peer_at(step);
       const int from = peer_at(-step);
-      const auto t = static_cast<size_t>(to);
-      const auto f = static_cast<size_t>(from);
-      Round round;
-      HVD_RETURN_IF_ERROR(
-          recv(call, round, recv_buf + recv_offsets[f] * element, recv_counts[f], from));
-      HVD_RETURN_IF_ERROR(
-          send(call, round, send_buf + send_offsets[t] * element, send_counts[t], to));
-      HVD_RETURN_IF_ERROR(complete(call, round));
+      const uint64_t sent = a.send_counts[static_cast<size_t>(to)];
+      const uint64_t received = a.recv_counts[static_cast<size_t>(from)];
+      const uint64_t rounds = std::max(pieces(sent), pieces(received));
+      for (uint64_t k = 0; k < rounds; ++k) {
+        Round round;
+        if (k < pieces(received)) {
+          HVD_RETURN_IF_ERROR(recv(
+              call, round,
+              at(a.recvbuf, recv_offsets[static_cast<size_t>(from)] + k * kMaxCount, call.element),
+              piece(received, k), from));
+        }
+        if (k < pieces(sent)) {
+          HVD_RETURN_IF_ERROR(send(
+              call, round,
+              at(a.sendbuf, send_offsets[static_cast<size_t>(to)] + k * kMaxCount, call.element),
+              piece(sent, k), to));
+        }
+        HVD_RETURN_IF_ERROR(complete(call, round));
+      }
     }
     return Status::success();
   }
@@ -487,7 +629,8 @@ class MpiBackend {
       if (made != MPI_COMM_NULL) MPI_Comm_free(&made);
       return std::unique_ptr<MpiBackend>();
     }
-    auto self = std::unique_ptr<MpiBackend>(new MpiBackend(child->timeout, child->members));
+    auto self =
+        std::unique_ptr<MpiBackend>(new MpiBackend(child->timeout, child->members, algorithms_));
     self->comm_ = made;
     MPI_Comm_set_errhandler(self->comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(self->comm_, &self->rank_);
@@ -503,8 +646,8 @@ class MpiBackend {
   }
 
  private:
-  MpiBackend(std::chrono::milliseconds timeout, std::vector<int> members)
-      : members_(std::move(members)), timeout_(timeout) {}
+  MpiBackend(std::chrono::milliseconds timeout, std::vector<int> members, Algorithms algorithms)
+      : members_(std::move(members)), timeout_(timeout), algorithms_(algorithms) {}
 
   // Whether a collective may start: not after abort, nor after a call abandoned messages (the
   // peers' side of that collective would meet this one's).
@@ -523,6 +666,134 @@ class MpiBackend {
   }
 
   int peer_at(int offset) const { return ((rank_ + offset) % size_ + size_) % size_; }
+
+  // The op MPI reduces `a` with: a built-in one, or for 16-bit floats the plugin's own.
+  MPI_Op reduce_op(const hvd_collective_args& a) const {
+    const bool half = a.dtype == HVD_FLOAT16 || a.dtype == HVD_BFLOAT16;
+    return half ? half_ops_.ops[a.dtype == HVD_BFLOAT16][a.op] : builtin_op(a.op);
+  }
+
+  Clock::time_point deadline_of(const Call& call) const {
+    // A host that passes no timeout asks for none: a deadline no call reaches.
+    return timeout_.count() > 0 ? call.start + timeout_ : call.start + std::chrono::hours(87600);
+  }
+
+  Status aborted(const Call& call) const {
+    return Status(HVD_ERR_STATE, std::string(call.name) + " aborted after " +
+                                     std::to_string(elapsed_ms(call.start)) + " ms");
+  }
+
+  Status timed_out(const Call& call, const std::string& waiting_on) const {
+    return Status(HVD_ERR_TIMEOUT, std::string(call.name) + " did not complete within " +
+                                       std::to_string(timeout_.count()) +
+                                       " ms (HVD_TIMEOUT); waiting on " + waiting_on +
+                                       ": stopped, dead, or in a different collective");
+  }
+
+  // One of MPI's nonblocking collectives, started by `start` and tested to completion within the
+  // call's deadline and the abort flag.
+  template <typename Start>
+  Status nonblocking_call(const Call& call, Start start) {
+    Round round;
+    MPI_Request* request = round.add(Round::kEveryPeer, Round::kCollective);
+    HVD_RETURN_IF_ERROR(posted(call, round, start(request), call.name));
+    return complete(call, round);
+  }
+
+  // One of MPI's blocking collectives, on the plugin's thread, waited for within the call's
+  // deadline and the abort flag. `run` owns what it uses but the buffers: a call walked away from
+  // stays in MPI, and the communicator with it.
+  Status blocking_call(const Call& call, std::function<int()> run) {
+    std::optional<Status> outcome;
+    try {
+      outcome = runner_.run(
+          [run = std::move(run), name = call.name]() -> Status {
+            const int code = run();
+            if (code == MPI_SUCCESS) return Status::success();
+            return collective_failed(name, code);
+          },
+          deadline_of(call));
+    } catch (const std::system_error& e) {
+      return Status(HVD_ERR_SYSTEM, std::string(call.name) +
+                                        ": no thread for MPI's blocking collective: " + e.what());
+    }
+    if (outcome) return std::move(*outcome);
+    abandoned_ = true;
+    g_request_abandoned.store(true);
+    return aborted_.load() ? aborted(call) : timed_out(call, "the other ranks");
+  }
+
+  // A collective of MPI's that failed: a truncated message is ranks that disagree on the counts.
+  static Status collective_failed(const char* name, int code) {
+    int error_class = code;
+    MPI_Error_class(code, &error_class);
+    if (error_class == MPI_ERR_TRUNCATE) {
+      return Status(HVD_ERR_MISMATCH, std::string(name) + ": " + mpi_error_text(code) +
+                                          ": the ranks called " + name + " with different counts");
+    }
+    return Status(HVD_ERR_REMOTE, std::string(name) + ": " + mpi_error_text(code));
+  }
+
+  // MPI_Ialltoallv, with counts and displacements that fit in MPI's int.
+  Status library_alltoall(const Call& call, const hvd_collective_args& a,
+                          const std::vector<uint64_t>& send_offsets,
+                          const std::vector<uint64_t>& recv_offsets) {
+    const auto ranks = static_cast<size_t>(size_);
+    std::vector<int> counts[2], displs[2];  // [0]: sent, [1]: received
+    for (size_t r = 0; r < ranks; ++r) {
+      counts[0].push_back(static_cast<int>(a.send_counts[r]));
+      counts[1].push_back(static_cast<int>(a.recv_counts[r]));
+      displs[0].push_back(static_cast<int>(send_offsets[r]));
+      displs[1].push_back(static_cast<int>(recv_offsets[r]));
+    }
+    return nonblocking_call(call, [&](MPI_Request* request) {
+      return MPI_Ialltoallv(a.sendbuf, counts[0].data(), displs[0].data(), call.type, a.recvbuf,
+                            counts[1].data(), displs[1].data(), call.type, comm_, request);
+    });
+  }
+
+  // MPI's broadcasts, in pieces.
+  Status library_broadcast(const Call& call, void* data, uint64_t count, int root) {
+    return in_pieces(count, [&](uint64_t first, int n) {
+      return nonblocking_call(call, [&](MPI_Request* request) {
+        return MPI_Ibcast(at(data, first, call.element), n, call.type, root, comm_, request);
+      });
+    });
+  }
+
+  // An allgather whose total exceeds MPI's int: each rank's block broadcast from it, in pieces.
+  Status allgather_by_broadcasts(const Call& call, const void* mine, void* recv,
+                                 const std::vector<uint64_t>& counts,
+                                 const std::vector<uint64_t>& displs) {
+    const auto self = static_cast<size_t>(rank_);
+    char* const place = at(recv, displs[self], call.element);
+    if (mine != place && counts[self] > 0) std::memcpy(place, mine, counts[self] * call.element);
+    for (int r = 0; r < size_; ++r) {
+      const auto i = static_cast<size_t>(r);
+      HVD_RETURN_IF_ERROR(library_broadcast(call, at(recv, displs[i], call.element), counts[i], r));
+    }
+    return Status::success();
+  }
+
+  // A reduce-scatter of blocks beyond MPI's int: block r reduced to rank r with MPI's reduces, in
+  // pieces. In place, rank r's result takes the place of its block 0, which the reduce to rank 0
+  // consumed first; the others' block 0 goes only to rank 0.
+  Status reduce_scatter_by_reduces(const Call& call, const hvd_collective_args& a) {
+    const bool in_place = a.sendbuf == a.recvbuf;
+    const MPI_Op op = reduce_op(a);
+    for (int r = 0; r < size_; ++r) {
+      const uint64_t block = static_cast<uint64_t>(r) * a.count;
+      HVD_RETURN_IF_ERROR(in_pieces(a.count, [&](uint64_t first, int n) {
+        const void* send = at(a.sendbuf, block + first, call.element);
+        void* recv = rank_ == r ? at(a.recvbuf, first, call.element) : nullptr;
+        if (in_place && rank_ == r && r == 0) send = MPI_IN_PLACE;
+        return nonblocking_call(call, [&](MPI_Request* request) {
+          return MPI_Ireduce(send, recv, n, call.type, op, r, comm_, request);
+        });
+      }));
+    }
+    return Status::success();
+  }
 
   char* scratch(size_t bytes) {
     if (scratch_.size() < bytes) scratch_.resize(bytes);
@@ -551,8 +822,7 @@ class MpiBackend {
   // Tests the round's requests until all are done, the call's deadline passes or abort() is
   // called, checking that every receive brought the count it expected.
   Status complete(const Call& call, Round& round) {
-    const bool bounded = timeout_.count() > 0;  // a host that passes no timeout asks for none
-    const Clock::time_point deadline = call.start + timeout_;
+    const Clock::time_point deadline = deadline_of(call);
     Clock::time_point burst_end = call.start + kSpinFor;
     int pending = round.size();
     while (pending > 0) {
@@ -586,11 +856,10 @@ class MpiBackend {
       if (pending == 0) break;
       if (aborted_.load(std::memory_order_relaxed)) {
         abandon(round);
-        return Status(HVD_ERR_STATE, std::string(call.name) + " aborted after " +
-                                         std::to_string(elapsed_ms(call.start)) + " ms");
+        return aborted(call);
       }
       const Clock::time_point now = Clock::now();
-      if (bounded && now >= deadline) {
+      if (now >= deadline) {
         std::vector<int> waiting;  // the peers whose messages did not come, or were not taken
         for (int i = 0; i < round.size(); ++i) {
           if (round.requests()[i] != MPI_REQUEST_NULL &&
@@ -604,10 +873,7 @@ class MpiBackend {
           names += peer < 0 ? std::string("the other ranks") : "rank " + std::to_string(peer);
         }
         abandon(round);
-        return Status(HVD_ERR_TIMEOUT, std::string(call.name) + " did not complete within " +
-                                           std::to_string(timeout_.count()) +
-                                           " ms (HVD_TIMEOUT); waiting on " + names +
-                                           ": stopped, dead, or in a different collective");
+        return timed_out(call, names);
       }
       if (now >= burst_end) {
         std::this_thread::sleep_for(kNap);
@@ -618,6 +884,7 @@ class MpiBackend {
   }
 
   Status failed_message(const Call& call, const Round& round, int i, int error) {
+    if (round.is_collective(i)) return collective_failed(call.name, error);
     if (error == MPI_ERR_TRUNCATE) {
       return mismatch(
           call, round.peer(i),
@@ -637,12 +904,12 @@ class MpiBackend {
   }
 
   // Ends a round early. Receives that have not begun are cancelled (MPI_Cancel is local); sends,
-  // and receives under way, cannot be, and are left to MPI to finish or not. Either way nothing
-  // may be sent on this communicator again: its peers are somewhere else in the collective.
+  // receives under way and collectives cannot be, and are left to MPI to finish or not. Either way
+  // nothing may be sent on this communicator again: its peers are somewhere else in the collective.
   void abandon(Round& round) {
     for (int i = 0; i < round.size(); ++i) {
       MPI_Request& request = round.requests()[i];
-      if (request == MPI_REQUEST_NULL) continue;
+      if (request == MPI_REQUEST_NULL || round.is_collective(i)) continue;  // left to MPI
       if (round.is_receive(i)) MPI_Cancel(&request);
       MPI_Request_free(&request);
     }
@@ -883,26 +1150,14 @@ class MpiBackend {
     return static_cast<int>(h & 0x7fffffffu);
   }
 
-  Status allgatherv(const hvd_collective_args& a, size_t element) {
-    std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
-    uint64_t offset = 0;
-    for (int r = 0; r < size_; ++r) {
-      HVD_RETURN_IF_ERROR(to_int(a.recv_counts[r], &counts[static_cast<size_t>(r)], "allgatherv"));
-      HVD_RETURN_IF_ERROR(to_int(offset, &displs[static_cast<size_t>(r)], "allgatherv"));
-      offset += a.recv_counts[r];
-    }
-    HVD_RETURN_IF_ERROR(usable("allgatherv"));
-    if (offset == 0) return Status::success();
-    const Call call{"allgatherv", kTagAllgatherv, mpi_type(a.dtype), element, Clock::now()};
-    return ring_allgather(call, a.sendbuf, static_cast<char*>(a.recvbuf), counts, displs);
-  }
-
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::vector<int> members_;  // members_[r]: the job rank of communicator rank r
   int rank_ = 0;
   int size_ = 1;
   HalfOps half_ops_;
   const std::chrono::milliseconds timeout_;
+  const Algorithms algorithms_;
+  hvd::sdk::Runner runner_;           // MPI's blocking collectives (library mode)
   std::atomic<bool> aborted_{false};  // set by abort(), from any thread
   bool abandoned_ = false;            // a call left messages behind: comm_ is done with
   std::vector<char> scratch_;         // what a reduction receives into; grows, never shrinks
@@ -914,7 +1169,12 @@ std::string version() {
   MPI_Get_library_version(library, &length);
   std::string text(library, static_cast<size_t>(length));
   const size_t comma = text.find(',');  // "Open MPI v4.1.4, package: ..." -> "Open MPI v4.1.4"
-  return std::string(HVD_PLUGIN_VERSION) + " (" + text.substr(0, comma) + ")";
+  // hvd-info shows which collectives this process's calls take.
+  const hvd::Result<Algorithms> algorithms = algorithms_from_env();
+  const char* collectives = !algorithms.ok()                      ? "HVD_MPI_ALGORITHMS invalid"
+                            : *algorithms == Algorithms::kLibrary ? "MPI's collectives"
+                                                                  : "hvd's algorithms";
+  return std::string(HVD_PLUGIN_VERSION) + " (" + text.substr(0, comma) + "; " + collectives + ")";
 }
 
 }  // namespace
@@ -923,6 +1183,8 @@ extern "C" HVD_PLUGIN_EXPORT const hvd_backend_v1* hvd_backend_entry_v1(void) {
   static const std::string v = version();
   return hvd::sdk::backend_table<MpiBackend>(
       "mpi", v.c_str(),
-      "MPI collectives on a duplicate of MPI_COMM_WORLD (needs no rendezvous under mpirun)",
+      "MPI's own collectives (HVD_MPI_ALGORITHMS=library, the default) or hvd's algorithms over "
+      "MPI point-to-point (=hvd), on a duplicate of MPI_COMM_WORLD; needs no rendezvous under "
+      "mpirun",
       HVD_CAP_HOST_MEMORY | HVD_CAP_ALLGATHERV | HVD_CAP_SELF_BOOTSTRAP);
 }

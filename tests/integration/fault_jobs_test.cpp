@@ -416,30 +416,50 @@ INSTANTIATE_TEST_SUITE_P(Providers, OfiFaultJob, ::testing::Values("shm", "tcp;o
 
 // ---- mpi ----------------------------------------------------------------------------------------
 
-std::string mpi_job(const std::string& arguments) {
-  return kMpirun + " -np 2 -x HVD_BACKEND=mpi -x HVD_TIMEOUT=2 " + kFaultJob + " " + arguments;
+// The mpi backend's two modes: MPI's collectives (the default) and hvd's algorithms.
+std::string mpi_job(const std::string& arguments, const std::string& algorithms = "library") {
+  return kMpirun +
+         " -np 2 -x HVD_BACKEND=mpi -x HVD_TIMEOUT=2 -x HVD_MPI_ALGORITHMS=" + algorithms + " " +
+         kFaultJob + " " + arguments;
 }
 
-// A stopped rank, which the survivor used to wait on for ever at 100% of a core: a timeout, in
-// recursive doubling (8 B) and in the ring (4 MiB).
-void expect_mpi_stopped_rank_times_out(const std::string& count) {
-  expect_stopped_rank_times_out(run(mpi_job("--stop-rank 1 --count " + count)),
-                                "did not complete within 2000 ms (HVD_TIMEOUT); waiting on rank 1");
+// A stopped rank, which the survivor used to wait on for ever at 100% of a core: a timeout. hvd's
+// algorithms name the rank (recursive doubling at 8 B, the ring at 4 MiB); MPI's collectives
+// cannot tell which rank they wait for (the nonblocking call at 8 B, the blocking call on the
+// plugin's thread at 4 MiB).
+void expect_mpi_stopped_rank_times_out(const std::string& count, const std::string& algorithms) {
+  expect_stopped_rank_times_out(
+      run(mpi_job("--stop-rank 1 --count " + count, algorithms)),
+      std::string("did not complete within 2000 ms (HVD_TIMEOUT); waiting on ") +
+          (algorithms == "hvd" ? "rank 1" : "the other ranks"));
 }
 
 TEST(Mpirun, AStoppedRankIsATimeoutNamingIt) {
   REQUIRE_MPI();
-  expect_mpi_stopped_rank_times_out("2");
+  expect_mpi_stopped_rank_times_out("2", "hvd");
 }
 
 TEST(Mpirun, AStoppedRankIsATimeoutInTheRingToo) {
   REQUIRE_MPI();
-  expect_mpi_stopped_rank_times_out("1048576");
+  expect_mpi_stopped_rank_times_out("1048576", "hvd");
 }
 
+TEST(Mpirun, AStoppedRankIsATimeoutInMpisNonblockingAllreduce) {
+  REQUIRE_MPI();
+  expect_mpi_stopped_rank_times_out("2", "library");
+}
+
+TEST(Mpirun, AStoppedRankIsATimeoutInMpisBlockingAllreduceOnThePluginsThread) {
+  REQUIRE_MPI();
+  expect_mpi_stopped_rank_times_out("1048576", "library");
+}
+
+// Ranks in different collectives, and counts that differ, are told apart by hvd's algorithms
+// only: to MPI's collectives they are erroneous programs (the host's HVD_CHECK_ARGS and the
+// scheduler's negotiation catch them before any backend call).
 TEST(Mpirun, BroadcastAgainstAllreduceTimesOutOnBothRanks) {
   REQUIRE_MPI();
-  Job r = run(mpi_job("--call-for-rank 1=broadcast --linger 3"));
+  Job r = run(mpi_job("--call-for-rank 1=broadcast --linger 3", "hvd"));
   const auto by_rank = reports(r.output);
   ASSERT_EQ(by_rank.size(), 2u) << r.output;
   for (const auto& [rank, report] : by_rank) {
@@ -452,7 +472,7 @@ TEST(Mpirun, BroadcastAgainstAllreduceTimesOutOnBothRanks) {
 // collective, times out (MPI has no way to tell it sooner).
 TEST(Mpirun, CountsThatDifferAreAnErrorOnEveryRank) {
   REQUIRE_MPI();
-  Job r = run(mpi_job("--count-for-rank 1=1048577 --linger 3"));
+  Job r = run(mpi_job("--count-for-rank 1=1048577 --linger 3", "hvd"));
   const auto by_rank = reports(r.output);
   ASSERT_EQ(by_rank.size(), 2u) << r.output;
   EXPECT_EQ(by_rank.at(1).status, "mismatch between ranks") << by_rank.at(1).message;
@@ -463,9 +483,16 @@ TEST(Mpirun, CountsThatDifferAreAnErrorOnEveryRank) {
   EXPECT_LT(by_rank.at(0).seconds, kTimeout + kSlack) << by_rank.at(0).message;
 }
 
-TEST(Mpirun, TheMpiBackendsAbortEndsABlockedCallAtOnceAndEveryLaterOne) {
+// abort ends a blocked call at once and every later one, in each way a call waits: MPI's
+// nonblocking collective (2 elements), its blocking one on the plugin's thread (1 Mi), and
+// hvd's algorithms.
+class MpiAbort : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(MpiAbort, EndsABlockedCallAtOnceAndEveryLaterOne) {
   REQUIRE_MPI();
-  Job r = run(kMpirun + " -np 2 " + HVD_MPI_ABORT_JOB + " " + HVD_MPI_PLUGIN);
+  const auto [algorithms, count] = GetParam();
+  Job r = run(kMpirun + " -np 2 -x HVD_MPI_ALGORITHMS=" + algorithms + " " + HVD_MPI_ABORT_JOB +
+              " " + HVD_MPI_PLUGIN + " " + count);
   const std::regex allreduce(R"(rank 0: allreduce -> invalid state after ([0-9.]+) s: .*aborted)");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.output, m, allreduce)) << r.output;
@@ -478,5 +505,14 @@ TEST(Mpirun, TheMpiBackendsAbortEndsABlockedCallAtOnceAndEveryLaterOne) {
   EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank 0: finalize -> success after 0.0)")))
       << r.output;
 }
+
+INSTANTIATE_TEST_SUITE_P(Mpirun, MpiAbort,
+                         ::testing::Values(std::make_pair("library", "2"),
+                                           std::make_pair("library", "1048576"),
+                                           std::make_pair("hvd", "2")),
+                         [](const auto& param_info) {
+                           return std::string(param_info.param.first) + "_" +
+                                  param_info.param.second;
+                         });
 
 }  // namespace

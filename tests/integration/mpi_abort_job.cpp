@@ -5,15 +5,20 @@
 //
 //   rank 0: allreduce -> HVD_ERR_STATE after 0.30 s: allreduce aborted after 300 ms
 //
-//   hvd_mpi_abort_job PLUGIN_PATH
+//   hvd_mpi_abort_job PLUGIN_PATH [COUNT]
+//
+// COUNT (float32 elements, 2 by default) picks the path: with MPI's collectives, 2 is the
+// nonblocking call and 1048576 the blocking call on the plugin's thread.
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "hvd/backend.h"
 
@@ -42,10 +47,11 @@ void report(int rank, const char* what, hvd_status s, double seconds, const std:
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: hvd_mpi_abort_job PLUGIN_PATH\n");
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: hvd_mpi_abort_job PLUGIN_PATH [COUNT]\n");
     return 2;
   }
+  const uint64_t count = argc == 3 ? std::strtoull(argv[2], nullptr, 10) : 2;
   void* library = ::dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
     std::fprintf(stderr, "%s\n", ::dlerror());
@@ -82,12 +88,12 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  float data[2] = {1, 2};
+  std::vector<float> data(count, 1.0f);
   hvd_collective_args a{};
   a.struct_size = sizeof a;
-  a.sendbuf = data;
-  a.recvbuf = data;
-  a.count = 2;
+  a.sendbuf = data.data();
+  a.recvbuf = data.data();
+  a.count = count;
   a.dtype = HVD_FLOAT32;
   a.op = HVD_SUM;
   a.memory_type = HVD_MEMORY_HOST;

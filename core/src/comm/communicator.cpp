@@ -21,6 +21,11 @@
 namespace hvd::core {
 namespace {
 
+// A plugin call's outcome, taken on the thread that made it (its message is thread-local).
+Status outcome_of(hvd_status code) {
+  return code == HVD_SUCCESS ? Status::success() : Status(code, backend_call_message(code));
+}
+
 // What calls walked away from may still use, kept (reachable, never freed) for the life of the
 // process: the plugin's communicator, the host services, the store they read.
 void keep_for_stuck_calls(std::shared_ptr<void> kept) {
@@ -291,11 +296,10 @@ Status Communicator::finalize_backend() {
   // On the runner: finalize may talk to peers (Gloo's leaving barrier), and a plugin must never be
   // aborted under its own finalize; so a finalize that overruns is walked away from.
   const hvd_backend_v1* table = plugin_.table;
-  const std::optional<Runner::Outcome> outcome = runner_.run(
+  const std::optional<Status> outcome = runner_.run(
       [table, backend, name = plugin_.name] {
         begin_backend_call();
-        return Runner::Outcome::of(
-            guarded(name, "finalize", [&] { return table->finalize(backend); }));
+        return outcome_of(guarded(name, "finalize", [&] { return table->finalize(backend); }));
       },
       Clock::now() + timeout_ + kMargin, /*interruptible=*/false);
   if (!outcome) {
@@ -303,8 +307,8 @@ Status Communicator::finalize_backend() {
     leak_for_stuck_call();
     return timed_out("finalize");
   }
-  if (outcome->code == HVD_SUCCESS) return Status::success();
-  return failed("finalize", outcome->code, outcome->message);
+  if (outcome->ok()) return Status::success();
+  return failed("finalize", outcome->code(), outcome->message());
 }
 
 Status Communicator::failed(const char* what, hvd_status code, const std::string& message) const {
@@ -1008,11 +1012,10 @@ Status Communicator::run_on_runner(hvd_collective entry, const char* what,
     }
   }
   hvd_backend_comm* backend = backend_;
-  const std::optional<Runner::Outcome> outcome = runner_.run(
+  const std::optional<Status> outcome = runner_.run(
       [plugin = plugin_, backend, owned, entry, has_args = args != nullptr] {
         begin_backend_call();
-        return Runner::Outcome::of(
-            invoke(plugin, backend, entry, has_args ? &owned->args : nullptr));
+        return outcome_of(invoke(plugin, backend, entry, has_args ? &owned->args : nullptr));
       },
       deadline);
   if (!outcome) {
@@ -1021,7 +1024,7 @@ Status Communicator::run_on_runner(hvd_collective entry, const char* what,
     abort(timed_out(what));
     return health();
   }
-  if (outcome->code != HVD_SUCCESS) return broken_by(what, outcome->code, outcome->message);
+  if (!outcome->ok()) return broken_by(what, outcome->code(), outcome->message());
   if (recv_bytes > 0) std::memcpy(args->recvbuf, owned->recv.data(), recv_bytes);
   return Status::success();
 }

@@ -19,10 +19,10 @@
 #include "comm/collectives.hpp"
 #include "comm/device_memory.hpp"
 #include "comm/host_services.hpp"
-#include "comm/runner.hpp"
 #include "comm/watchdog.hpp"
 #include "hvd/backend.h"
 #include "hvd/sdk/result.hpp"
+#include "hvd/sdk/runner.hpp"
 #include "loader/plugin_loader.hpp"
 
 namespace hvd::core {
@@ -254,7 +254,8 @@ class Communicator final : public Collectives, private Watchdog::Watched {
 
   std::mutex abort_mutex_;  // the plugin's abort and finalize never overlap
   bool backend_aborted_ = false;
-  Runner runner_;  // the calls of a plugin without abort, and finalize; stuck once walked away from
+  sdk::Runner
+      runner_;  // the calls of a plugin without abort, and finalize; stuck once walked away from
   std::optional<Status> finalized_;
   StagingBuffer staging_;  // CUDA tensors through host memory; pinned once used
   // A backend that takes CUDA memory only (NCCL): host memory goes through device memory of the
