@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -82,11 +83,11 @@ std::string transport_of(const std::string& backend, const core::EnvLookup& env,
     std::string t =
         "Open MPI btl " + env("OMPI_MCA_btl").value_or("default (vader within a host, tcp across)");
     if (auto iface = env("OMPI_MCA_btl_tcp_if_include")) t += ", tcp on " + *iface;
-    // The plugin's HVD_MPI_ALGORITHMS: MPI's collectives unless it says hvd.
-    const std::string algorithms = env("HVD_MPI_ALGORITHMS").value_or("library");
-    return t + (algorithms == "hvd" || algorithms == "HVD"
-                    ? "; hvd's algorithms over point-to-point"
-                    : "; MPI's collectives");
+    // The plugin's HVD_MPI_ALGORITHMS: hvd's algorithms unless it says library.
+    std::string algorithms = env("HVD_MPI_ALGORITHMS").value_or("hvd");
+    for (char& c : algorithms) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return t + (algorithms == "library" ? "; MPI's collectives"
+                                        : "; hvd's algorithms over point-to-point");
   }
   if (backend == "nccl") return "NCCL (" + env("NCCL_NET").value_or("auto") + ")";
   if (backend == "ofi") {

@@ -351,7 +351,6 @@ class GlooBackend {
     if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * element);
     if (meshes_) {
       const size_t bytes = a.count * element;
-      const auto shape = hvd::sdk::CallShape::of(HVD_COLLECTIVE_ALLREDUCE, &a, size_);
       Status s;
       with_reduction(a.dtype, a.op, [&](auto t, const auto* reduction) {
         using T = decltype(t);
@@ -361,7 +360,8 @@ class GlooBackend {
         if (hvd::gloo_algorithms::reuses_one_object<T>(a.count)) {
           votes = meshes_.reused->fits(data, static_cast<int>(a.count), reduction);
         }
-        s = agree_before_event_loop("allreduce", bytes, shape, votes ? &*votes : nullptr);
+        s = agree_before_event_loop("allreduce", bytes, HVD_COLLECTIVE_ALLREDUCE, a,
+                                    votes ? &*votes : nullptr);
         if (!s.ok()) return;
         s = guarded("allreduce", [&] {
           hvd::gloo_algorithms::allreduce(meshes_, data, a.count, reduction,
@@ -387,8 +387,7 @@ class GlooBackend {
       return Status::success();
     }
     const size_t bytes = a.count * element * static_cast<size_t>(size_);
-    HVD_RETURN_IF_ERROR(agree_before_event_loop(
-        "allgather", bytes, hvd::sdk::CallShape::of(HVD_COLLECTIVE_ALLGATHER, &a, size_)));
+    HVD_RETURN_IF_ERROR(agree_before_event_loop("allgather", bytes, HVD_COLLECTIVE_ALLGATHER, a));
     return guarded("allgather", [&] {
       with_element_type(element, [&](auto t) {
         using T = decltype(t);
@@ -408,8 +407,7 @@ class GlooBackend {
     }
     if (!meshes_) return Status::success();
     HVD_RETURN_IF_ERROR(
-        agree_before_event_loop("broadcast", a.count * element,
-                                hvd::sdk::CallShape::of(HVD_COLLECTIVE_BROADCAST, &a, size_)));
+        agree_before_event_loop("broadcast", a.count * element, HVD_COLLECTIVE_BROADCAST, a));
     return guarded("broadcast", [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::broadcast(meshes_, static_cast<decltype(t)*>(a.recvbuf), a.count,
@@ -437,9 +435,7 @@ class GlooBackend {
     Status s;
     with_reduction(a.dtype, a.op, [&](auto t, const auto* reduction) {
       using T = decltype(t);
-      s = agree_before_event_loop(
-          "reduce_scatter", bytes,
-          hvd::sdk::CallShape::of(HVD_COLLECTIVE_REDUCE_SCATTER, &a, size_));
+      s = agree_before_event_loop("reduce_scatter", bytes, HVD_COLLECTIVE_REDUCE_SCATTER, a);
       if (!s.ok()) return;
       s = guarded("reduce_scatter", [&] {
         hvd::gloo_algorithms::reduce_scatter(meshes_, static_cast<const T*>(a.sendbuf),
@@ -521,14 +517,22 @@ class GlooBackend {
   // happen on the callers' threads. The same shapes everywhere: every rank goes on. Otherwise
   // every rank has seen the same shapes, and fails alike with HVD_ERR_MISMATCH, leaving both
   // meshes as they were. A rank whose call stays on the sync mesh meanwhile (a disagreement
-  // across the 64 KiB line) fails the exchange on its caller's thread, also an error.
+  // across the 64 KiB line) fails the exchange on its caller's thread, also an error. A call the
+  // host marks HVD_CALL_RANKS_AGREE (negotiated by the scheduler, or checked by HVD_CHECK_ARGS)
+  // skips the exchange unless it carries votes.
   //
   // `votes`, for an allreduce that reuses an algorithm object (at least 1 MiB, so always past
   // this exchange): this rank's ReusedAllreduces::fits() in, the minimum over the ranks out, which
   // saves ReusedAllreduces its own round trip.
-  Status agree_before_event_loop(const char* what, size_t bytes, const hvd::sdk::CallShape& shape,
+  Status agree_before_event_loop(const char* what, size_t bytes, hvd_collective kind,
+                                 const hvd_collective_args& a,
                                  hvd::gloo_algorithms::ReusedAllreduces::Fits* votes = nullptr) {
     if (bytes <= hvd::gloo_algorithms::kSyncMeshMaxBytes) return Status::success();
+    // The host compared the ranks' calls already (ABI 1.2): only votes need the round trip.
+    const bool agreed =
+        HVD_HAS_FIELD(&a, hvd_collective_args, flags) && (a.flags & HVD_CALL_RANKS_AGREE) != 0;
+    if (agreed && votes == nullptr) return Status::success();
+    const auto shape = hvd::sdk::CallShape::of(kind, &a, size_);
     constexpr size_t kRecord = kRecordWords;
     std::array<uint64_t, kRecord> mine{};
     put_shape(shape, mine.data());
@@ -633,8 +637,7 @@ class GlooBackend {
     if (a.count > 0 && a.sendbuf != mine) std::memcpy(mine, a.sendbuf, a.count * element);
     if (!meshes_) return Status::success();
     HVD_RETURN_IF_ERROR(
-        agree_before_event_loop("allgatherv", total * element,
-                                hvd::sdk::CallShape::of(HVD_COLLECTIVE_ALLGATHER, &a, size_)));
+        agree_before_event_loop("allgatherv", total * element, HVD_COLLECTIVE_ALLGATHER, a));
     return guarded("allgatherv", [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::allgatherv(meshes_, static_cast<decltype(t)*>(a.recvbuf), counts);

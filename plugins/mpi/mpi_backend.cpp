@@ -13,20 +13,23 @@
 // gets a world communicator, and split fails saying what to change.
 //
 // Two ways to move the data, chosen by HVD_MPI_ALGORITHMS:
-// - `library` (the default): MPI's own collectives, so that whatever the job's MPI does best
-//   (Open MPI's tuned algorithms, coll/ucc, coll/hcoll with in-network reduction, CUDA-aware
-//   transports) does the work. MPI's blocking collectives can be neither bounded nor interrupted,
-//   so each call takes one of two bounded forms, chosen per collective and size by measurement
-//   (docs/performance.md, "MPI's collectives"): the nonblocking call (MPI_Iallreduce, ...) tested
-//   against the deadline and the abort flag, or the blocking call on a thread of the plugin's
-//   (sdk::Runner) that the caller walks away from at the deadline or on abort.
-// - `hvd`: hvd's algorithms over nonblocking point-to-point messages (recursive doubling and a
-//   ring for allreduce, a binomial tree for broadcast, a ring for allgather and for reduce-scatter,
-//   pairwise exchange for alltoall, dissemination for the barrier), every round tested
-//   (MPI_Testsome) against the deadline. Each kind has its own tag, so ranks in different
-//   collectives time out instead of taking each other's messages, a message of another length is
-//   HVD_ERR_MISMATCH, and a timeout names the ranks not heard from, which MPI's collectives
-//   cannot tell.
+// - `hvd` (the default): hvd's algorithms over nonblocking point-to-point messages (recursive
+//   doubling and a ring for allreduce, a binomial tree for broadcast, a ring for allgather and
+//   for reduce-scatter, pairwise exchange for alltoall, dissemination for the barrier), every
+//   round tested (MPI_Testsome) against the deadline. Each kind has its own tag, so ranks in
+//   different collectives time out instead of taking each other's messages, a message of another
+//   length is HVD_ERR_MISMATCH, and a timeout names the ranks not heard from. A call that ends
+//   early cancels its receives that have not begun, so a rank that arrives late cannot write into
+//   buffers the caller has since freed.
+// - `library`: MPI's own collectives, so that whatever the job's MPI does best (Open MPI's tuned
+//   algorithms, coll/ucc, coll/hcoll with in-network reduction, CUDA-aware transports) does the
+//   work. MPI's blocking collectives can be neither bounded nor interrupted, so each call takes
+//   one of two bounded forms, chosen per collective and size by measurement (docs/performance.md,
+//   "MPI's collectives"): the nonblocking call (MPI_Iallreduce, ...) tested against the deadline
+//   and the abort flag, or the blocking call on a thread of the plugin's (sdk::Runner) that the
+//   caller walks away from at the deadline or on abort. MPI cannot cancel a collective: one
+//   walked away from completes if the late ranks ever join it, and then writes its output into
+//   the caller's buffers, which may be freed by then. That is why it is not the default.
 // Either way abort() sets a flag the wait sees, and the call returns at once. The waits neither
 // bounds are init's MPI_Init_thread and split's MPI_Comm_split, which MPI offers only blocking
 // (split() says how it keeps that wait short). Counts above MPI's int take MPI's collectives in
@@ -59,6 +62,7 @@
 
 #include "hvd/reduce.h"
 #include "hvd/sdk/backend.hpp"
+#include "hvd/sdk/deadline.hpp"
 #include "hvd/sdk/env.hpp"
 #include "hvd/sdk/runner.hpp"
 #include "mpi_types.hpp"
@@ -66,7 +70,8 @@
 namespace {
 
 using hvd::Status;
-using Clock = std::chrono::steady_clock;
+using hvd::sdk::Deadline;
+using Clock = Deadline::Clock;
 
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -166,18 +171,19 @@ const char* at(const void* buffer, uint64_t index, size_t element) {
   return static_cast<const char*>(buffer) + index * element;
 }
 
-// How HVD_MPI_ALGORITHMS moves the data: MPI's collectives, or hvd's over point-to-point.
+// How HVD_MPI_ALGORITHMS moves the data: hvd's algorithms over point-to-point, or MPI's
+// collectives.
 enum class Algorithms { kLibrary, kHvd };
 
 hvd::Result<Algorithms> algorithms_from_env() {
-  std::string text = hvd::sdk::env_or("HVD_MPI_ALGORITHMS", "library");
+  std::string text = hvd::sdk::env_or("HVD_MPI_ALGORITHMS", "hvd");
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (text == "library") return Algorithms::kLibrary;
   if (text == "hvd") return Algorithms::kHvd;
   return Status(HVD_ERR_INVALID_ARGUMENT,
                 "HVD_MPI_ALGORITHMS='" + hvd::sdk::env_or("HVD_MPI_ALGORITHMS", "") +
-                    "': it takes 'library' (MPI's own collectives, the default) or 'hvd' (hvd's "
-                    "algorithms over MPI point-to-point messages)");
+                    "': it takes 'hvd' (hvd's algorithms over MPI point-to-point messages, the "
+                    "default) or 'library' (MPI's own collectives)");
 }
 
 // Library mode: from these sizes MPI's blocking call on the plugin's thread beats its nonblocking
@@ -219,15 +225,9 @@ void keep_forever(std::vector<char> buffer) {
   kept->push_back(std::move(buffer));
 }
 
-// How a call waits. Open MPI moves messages only inside MPI calls (it has no progress thread for
-// shared memory or TCP), so for its first kSpinFor a wait tests back to back, as MPI's blocking
-// calls spin: a sleep there would stall the transfer. A wait that lasts longer is far more often
-// a stopped or lost peer than data, so from then on it tests for kBurst, then sleeps kNap: about
-// 5% of a core until the timeout, and still progress every millisecond for a collective that is
-// merely long.
-constexpr auto kSpinFor = std::chrono::seconds(1);
-constexpr auto kBurst = std::chrono::microseconds(50);
-constexpr auto kNap = std::chrono::milliseconds(1);
+// A call waits as hvd::sdk::wait_until does: Open MPI moves messages only inside MPI calls (it has
+// no progress thread for shared memory or TCP), so a wait tests back to back for its first second,
+// then for 50 us every millisecond (about 5% of a core while it waits out a stopped peer).
 
 // Allreduces of at least this many bytes take the ring (each rank sends 2(n-1)/n of the buffer)
 // instead of recursive doubling (log2(n) times all of it, in fewer rounds).
@@ -247,13 +247,14 @@ enum Tag : int {
 };
 
 // One collective under way: what it is called in messages, its tag, its element type and size,
-// and when it started (its deadline is start + the timeout).
+// when it started, and when it must have returned (the host's stamp, or the timeout from start).
 struct Call {
   const char* name;
   int tag;
   MPI_Datatype type;
   size_t element;
   Clock::time_point start;
+  Deadline deadline;
 };
 
 // The messages of one round of a collective, posted together and waited for together.
@@ -332,7 +333,7 @@ class MpiBackend {
     auto self = std::unique_ptr<MpiBackend>(new MpiBackend(ctx.timeout, ctx.members, algorithms));
     {
       // MPI_Comm_dup is collective: a rank that never comes would hold this one forever.
-      const Call call{"MPI_Comm_idup", 0, MPI_BYTE, 1, Clock::now()};
+      const Call call{"MPI_Comm_idup", 0, MPI_BYTE, 1, Clock::now(), Deadline::after(ctx.timeout)};
       Round round;
       HVD_RETURN_IF_ERROR(
           self->posted(call, round,
@@ -374,8 +375,7 @@ class MpiBackend {
   Status allreduce(const hvd_collective_args& a) {
     HVD_RETURN_IF_ERROR(usable("allreduce"));
     if (a.count == 0) return Status::success();
-    const Call call{"allreduce", kTagAllreduce, mpi_type(a.dtype), hvd_dtype_size(a.dtype),
-                    Clock::now()};
+    const Call call = call_of("allreduce", kTagAllreduce, a);
     const MPI_Op op = reduce_op(a);
     if (size_ > 1 && (algorithms_ == Algorithms::kLibrary || a.count > kMaxCount)) {
       const bool blocking = a.count * call.element >= kBlockingAllreduceFromBytes;
@@ -420,8 +420,7 @@ class MpiBackend {
       total += counts[r];
     }
     if (total == 0) return Status::success();
-    const Call call{name, varying ? kTagAllgatherv : kTagAllgather, mpi_type(a.dtype),
-                    hvd_dtype_size(a.dtype), Clock::now()};
+    const Call call = call_of(name, varying ? kTagAllgatherv : kTagAllgather, a);
     const auto self = static_cast<size_t>(rank_);
     char* const mine = at(a.recvbuf, displs[self], call.element);
     // Every count and displacement fits in MPI's int when the total does.
@@ -454,8 +453,7 @@ class MpiBackend {
   Status broadcast(const hvd_collective_args& a) {
     HVD_RETURN_IF_ERROR(usable("broadcast"));
     if (a.count == 0) return Status::success();
-    const Call call{"broadcast", kTagBroadcast, mpi_type(a.dtype), hvd_dtype_size(a.dtype),
-                    Clock::now()};
+    const Call call = call_of("broadcast", kTagBroadcast, a);
     if (rank_ == a.root && a.sendbuf != a.recvbuf) {
       std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
     }
@@ -470,7 +468,7 @@ class MpiBackend {
   // rank - 2^k; after ceil(log2(n)) rounds every rank has heard, indirectly, from all.
   Status barrier() {
     HVD_RETURN_IF_ERROR(usable("barrier"));
-    const Call call{"barrier", kTagBarrier, MPI_BYTE, 1, Clock::now()};
+    const Call call{"barrier", kTagBarrier, MPI_BYTE, 1, Clock::now(), Deadline::after(timeout_)};
     if (algorithms_ == Algorithms::kLibrary) {
       return nonblocking_call(call,
                               [&](MPI_Request* request) { return MPI_Ibarrier(comm_, request); });
@@ -489,8 +487,7 @@ class MpiBackend {
   Status reduce_scatter(const hvd_collective_args& a) {
     HVD_RETURN_IF_ERROR(usable("reduce_scatter"));
     if (a.count == 0) return Status::success();
-    const Call call{"reduce_scatter", kTagReduceScatter, mpi_type(a.dtype), hvd_dtype_size(a.dtype),
-                    Clock::now()};
+    const Call call = call_of("reduce_scatter", kTagReduceScatter, a);
     if (size_ == 1) {
       if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
       return Status::success();  // an average over one rank is the value itself
@@ -541,8 +538,7 @@ class MpiBackend {
                                           " elements but expects " +
                                           std::to_string(a.recv_counts[self]));
     }
-    const Call call{"alltoall", kTagAlltoall, mpi_type(a.dtype), hvd_dtype_size(a.dtype),
-                    Clock::now()};
+    const Call call = call_of("alltoall", kTagAlltoall, a);
     if (algorithms_ == Algorithms::kLibrary && size_ > 1) {
       // Whether MPI_Alltoallv can take the call depends on every rank's totals: one small
       // allreduce tells each rank whether any rank's exceed MPI's int.
@@ -673,9 +669,14 @@ class MpiBackend {
     return half ? half_ops_.ops[a.dtype == HVD_BFLOAT16][a.op] : builtin_op(a.op);
   }
 
-  Clock::time_point deadline_of(const Call& call) const {
-    // A host that passes no timeout asks for none: a deadline no call reaches.
-    return timeout_.count() > 0 ? call.start + timeout_ : call.start + std::chrono::hours(87600);
+  // A collective on `a`, starting now.
+  Call call_of(const char* name, int tag, const hvd_collective_args& a) const {
+    return Call{name,
+                tag,
+                mpi_type(a.dtype),
+                hvd_dtype_size(a.dtype),
+                Clock::now(),
+                Deadline::of(a, timeout_)};
   }
 
   Status aborted(const Call& call) const {
@@ -712,7 +713,8 @@ class MpiBackend {
             if (code == MPI_SUCCESS) return Status::success();
             return collective_failed(name, code);
           },
-          deadline_of(call));
+          call.deadline.is_none() ? Clock::now() + std::chrono::hours(24 * 365)
+                                  : call.deadline.at());
     } catch (const std::system_error& e) {
       return Status(HVD_ERR_SYSTEM, std::string(call.name) +
                                         ": no thread for MPI's blocking collective: " + e.what());
@@ -822,65 +824,66 @@ class MpiBackend {
   // Tests the round's requests until all are done, the call's deadline passes or abort() is
   // called, checking that every receive brought the count it expected.
   Status complete(const Call& call, Round& round) {
-    const Clock::time_point deadline = deadline_of(call);
-    Clock::time_point burst_end = call.start + kSpinFor;
     int pending = round.size();
-    while (pending > 0) {
+    Status failure;
+    // Tests what is pending: true once all is done, or something failed (`failure`).
+    auto progressed = [&] {
       int done = 0;
       const int code =
           MPI_Testsome(round.size(), round.requests(), &done, round.indices(), round.statuses());
       if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
-        abandon(round);
-        return check(code, "MPI_Testsome").with_context(call.name);
+        failure = check(code, "MPI_Testsome").with_context(call.name);
+        return true;
       }
-      if (done == MPI_UNDEFINED) break;  // every request is inactive
+      if (done == MPI_UNDEFINED) {  // every request is inactive
+        pending = 0;
+        return true;
+      }
       for (int k = 0; k < done; ++k) {
         const int i = round.indices()[k];
         MPI_Status& status = round.statuses()[k];
         if (code == MPI_ERR_IN_STATUS && status.MPI_ERROR != MPI_SUCCESS) {
-          abandon(round);
-          return failed_message(call, round, i, status.MPI_ERROR);
+          failure = failed_message(call, round, i, status.MPI_ERROR);
+          return true;
         }
         if (round.is_receive(i)) {
           int received = 0;
           MPI_Get_count(&status, call.type, &received);
           if (received != round.expected(i)) {
-            abandon(round);
-            return mismatch(call, round.peer(i),
-                            std::to_string(received) + " elements where it expected " +
-                                std::to_string(round.expected(i)));
+            failure = mismatch(call, round.peer(i),
+                               std::to_string(received) + " elements where it expected " +
+                                   std::to_string(round.expected(i)));
+            return true;
           }
         }
       }
       pending -= done;
-      if (pending == 0) break;
-      if (aborted_.load(std::memory_order_relaxed)) {
-        abandon(round);
-        return aborted(call);
-      }
-      const Clock::time_point now = Clock::now();
-      if (now >= deadline) {
-        std::vector<int> waiting;  // the peers whose messages did not come, or were not taken
-        for (int i = 0; i < round.size(); ++i) {
-          if (round.requests()[i] != MPI_REQUEST_NULL &&
-              std::find(waiting.begin(), waiting.end(), round.peer(i)) == waiting.end()) {
-            waiting.push_back(round.peer(i));
-          }
-        }
-        std::string names;
-        for (int peer : waiting) {
-          names += names.empty() ? "" : ", ";
-          names += peer < 0 ? std::string("the other ranks") : "rank " + std::to_string(peer);
-        }
-        abandon(round);
-        return timed_out(call, names);
-      }
-      if (now >= burst_end) {
-        std::this_thread::sleep_for(kNap);
-        burst_end = Clock::now() + kBurst;
+      return pending == 0;
+    };
+    const hvd::sdk::WaitEnd end = hvd::sdk::wait_until(progressed, call.deadline, aborted_);
+    if (end == hvd::sdk::WaitEnd::kReady && failure.ok()) return Status::success();
+    if (end == hvd::sdk::WaitEnd::kReady) {
+      abandon(round);
+      return failure;
+    }
+    if (end == hvd::sdk::WaitEnd::kAborted) {
+      abandon(round);
+      return aborted(call);
+    }
+    std::vector<int> waiting;  // the peers whose messages did not come, or were not taken
+    for (int i = 0; i < round.size(); ++i) {
+      if (round.requests()[i] != MPI_REQUEST_NULL &&
+          std::find(waiting.begin(), waiting.end(), round.peer(i)) == waiting.end()) {
+        waiting.push_back(round.peer(i));
       }
     }
-    return Status::success();
+    std::string names;
+    for (int peer : waiting) {
+      names += names.empty() ? "" : ", ";
+      names += peer < 0 ? std::string("the other ranks") : "rank " + std::to_string(peer);
+    }
+    abandon(round);
+    return timed_out(call, names);
   }
 
   Status failed_message(const Call& call, const Round& round, int i, int error) {
@@ -1097,7 +1100,8 @@ class MpiBackend {
     std::vector<int> all(ranks * kWords);
     std::vector<int> counts(ranks, kWords), displs(ranks);
     for (size_t r = 0; r < ranks; ++r) displs[r] = static_cast<int>(r) * kWords;
-    const Call call{"split", kTagSplit, MPI_INT, sizeof(int), Clock::now()};
+    const Call call{"split",     kTagSplit,    MPI_INT,
+                    sizeof(int), Clock::now(), Deadline::after(timeout_)};
     HVD_RETURN_IF_ERROR(
         ring_allgather(call, mine.data(), reinterpret_cast<char*>(all.data()), counts, displs));
     auto word = [&](size_t r, int w) { return all[r * kWords + static_cast<size_t>(w)]; };
@@ -1183,8 +1187,8 @@ extern "C" HVD_PLUGIN_EXPORT const hvd_backend_v1* hvd_backend_entry_v1(void) {
   static const std::string v = version();
   return hvd::sdk::backend_table<MpiBackend>(
       "mpi", v.c_str(),
-      "MPI's own collectives (HVD_MPI_ALGORITHMS=library, the default) or hvd's algorithms over "
-      "MPI point-to-point (=hvd), on a duplicate of MPI_COMM_WORLD; needs no rendezvous under "
+      "hvd's algorithms over MPI point-to-point (HVD_MPI_ALGORITHMS=hvd, the default) or MPI's "
+      "own collectives (=library), on a duplicate of MPI_COMM_WORLD; needs no rendezvous under "
       "mpirun",
       HVD_CAP_HOST_MEMORY | HVD_CAP_ALLGATHERV | HVD_CAP_SELF_BOOTSTRAP);
 }

@@ -121,26 +121,6 @@ void remove_dead_shm_regions() {
 
 }  // namespace
 
-// The time now from the kernel's coarse clock (CLOCK_MONOTONIC as of its last tick) plus one tick
-// (its resolution, 1-10 ms): at most a tick late, and early only if the kernel's timekeeping lags
-// by more than a tick (milliseconds, against a timeout of seconds). Several times cheaper to read
-// than the precise clock in a KVM guest, once per call. libstdc++'s steady_clock is
-// CLOCK_MONOTONIC, so the two compare.
-std::chrono::steady_clock::time_point Endpoint::coarse_now() {
-  static const std::chrono::nanoseconds tick = [] {
-    timespec resolution{};
-    if (clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) != 0) return std::chrono::nanoseconds(-1);
-    return std::chrono::seconds(resolution.tv_sec) + std::chrono::nanoseconds(resolution.tv_nsec);
-  }();
-  timespec now{};
-  if (tick.count() < 0 || clock_gettime(CLOCK_MONOTONIC_COARSE, &now) != 0) {
-    return std::chrono::steady_clock::now();
-  }
-  return std::chrono::steady_clock::time_point(
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec) + tick));
-}
-
 Result<std::unique_ptr<Endpoint>> Endpoint::open(const sdk::InitContext& ctx,
                                                  const std::string& provider, size_t message_bytes,
                                                  const std::vector<Shared>& shared,

@@ -40,6 +40,7 @@
 #include <rdma/fabric.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -52,6 +53,7 @@
 
 #include "hvd/sdk/backend.hpp"
 #include "hvd/sdk/call_shape.hpp"
+#include "hvd/sdk/deadline.hpp"
 #include "hvd/sdk/signals.hpp"
 
 namespace hvd::ofi {
@@ -115,7 +117,11 @@ class Endpoint {
     shape_known_ = false;
     // HVD_TIMEOUT bounds the call from its start, the failure's round of notices (blame)
     // included: the host's watchdog ends a call at HVD_TIMEOUT + 1 s; the plugin returns first.
-    call_deadline_ = coarse_now() + call_budget_;
+    call_deadline_ = sdk::Deadline::coarse_now() + call_budget_;
+    if (args != nullptr) {  // the host's stamp (ABI 1.2) ends a call of several backend calls
+      const sdk::Deadline host = sdk::Deadline::stamped(*args);
+      if (!host.is_none()) call_deadline_ = std::min(call_deadline_, host.at() - blame_grace());
+    }
     return Status::success();
   }
   // The call's end: success, or `failure`, after which the endpoint is broken (see above).
@@ -252,7 +258,6 @@ class Endpoint {
   // notice of its own: the one about `about` if one came, else the first by rank; nullptr if none.
   const Notice* first_hand_report(int about) const;
   static constexpr int kSpinPolls = 64;
-  static std::chrono::steady_clock::time_point coarse_now();
   void nap(std::chrono::steady_clock::duration idle) const;
   uint64_t tag(uint32_t index, size_t bytes) const;
   uint64_t shape_tag() const;                          // this call's Shape messages'

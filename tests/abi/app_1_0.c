@@ -1,14 +1,19 @@
-/* An application written against hvd.h 1.0 (built with the frozen headers of tests/abi/v1.0): it
- * must keep working with today's libhvd. It uses every struct of the 1.0 public API, at its 1.0
- * size: init options, placements, grouped tensors and scheduler statistics; blocking and
- * asynchronous collectives, checked exactly. Prints "ok" and exits 0, or says what went wrong. */
+/* An application written against hvd.h 1.0 (built with the frozen headers of tests/abi/v1.0, and
+ * again with those of v1.1, HVD_APP_1_1): it must keep working with today's libhvd. It uses every
+ * struct of the 1.0 public API, at its 1.0 size: init options, placements, grouped tensors and
+ * scheduler statistics; blocking and asynchronous collectives, checked exactly. Prints "ok" and
+ * exits 0, or says what went wrong. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hvd/hvd.h"
 
-#ifdef HVD_PLACEMENT_SIZE_1_0
+#if defined(HVD_APP_1_1)
+#if !defined(HVD_PLACEMENT_SIZE_1_0) || defined(HVD_COLLECTIVE_COUNT)
+#error "built against today's hvd.h, not the frozen 1.1 one"
+#endif
+#elif defined(HVD_PLACEMENT_SIZE_1_0)
 #error "built against today's hvd.h, not the frozen 1.0 one"
 #endif
 

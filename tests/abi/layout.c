@@ -1,11 +1,13 @@
 /* Prints the layout ABI 1.0 fixed: every 1.0 field of every struct of hvd's C interfaces (offset,
- * size), each struct's 1.0 size, and every enum value and capability bit of 1.0.
+ * size), each struct's 1.0 size, and every enum value and capability bit of 1.0; with
+ * HVD_LAYOUT_1_1, also what 1.1 appended and each struct's 1.1 size.
  *
- * Built twice: against the frozen 1.0 headers (HVD_LAYOUT_FROZEN: the 1.0 size is sizeof the
- * struct) and against today's (the 1.0 size is its HVD_*_SIZE_1_0 constant). The two outputs must
- * be identical: a field moved, resized or inserted before the end of 1.0, a renumbered value, or a
- * wrong size constant shows as a difference. Today's build also proves the public headers compile
- * as C99 with -pedantic-errors. */
+ * Built against the frozen headers of a release (HVD_LAYOUT_FROZEN: the release's size of a
+ * struct is its sizeof) and against today's (the size is its HVD_*_SIZE_1_x constant, or sizeof
+ * where the struct has not grown since). The two outputs must be identical: a field moved,
+ * resized or inserted before the end of the release, a renumbered value, or a wrong size constant
+ * shows as a difference. Today's build also proves the public headers compile as C99 with
+ * -pedantic-errors. */
 #include <stddef.h>
 #include <stdio.h>
 
@@ -13,10 +15,16 @@
 #include "hvd/hvd.h"
 #include "hvd/reduce.h"
 
-#ifdef HVD_LAYOUT_FROZEN
+/* The frozen headers of the release printed last know its sizes only as sizeof. */
+#if defined(HVD_LAYOUT_FROZEN) && !defined(HVD_LAYOUT_1_1)
 #define SIZE_1_0(type, constant) sizeof(type)
 #else
 #define SIZE_1_0(type, constant) (constant)
+#endif
+#if defined(HVD_LAYOUT_FROZEN)
+#define SIZE_1_1(type, constant) sizeof(type)
+#else
+#define SIZE_1_1(type, constant) (constant)
 #endif
 
 #define STRUCT(type, constant) printf("%s: 1.0 size %zu\n", #type, (size_t)SIZE_1_0(type, constant))
@@ -155,5 +163,36 @@ int main(void) {
   VALUE(HVD_CAP_REDUCE_SCATTER);
   VALUE(HVD_CAP_SELF_BOOTSTRAP);
   VALUE(HVD_BACKEND_ABI_MAJOR);
+#ifdef HVD_LAYOUT_1_1
+  printf("%s: 1.1 size %zu\n", "hvd_backend_init_args", sizeof(hvd_backend_init_args));
+  FIELD(hvd_backend_init_args, members);
+  FIELD(hvd_backend_init_args, member_count);
+  FIELD(hvd_backend_init_args, comm_id);
+  FIELD(hvd_backend_init_args, member_local_rank);
+  FIELD(hvd_backend_init_args, member_local_size);
+  printf("%s: 1.1 size %zu\n", "hvd_collective_args",
+         (size_t)SIZE_1_1(hvd_collective_args, HVD_COLLECTIVE_ARGS_SIZE_1_1));
+  FIELD(hvd_collective_args, send_counts);
+  printf("%s: 1.1 size %zu\n", "hvd_backend_v1",
+         (size_t)SIZE_1_1(hvd_backend_v1, HVD_BACKEND_V1_SIZE_1_1));
+  FIELD(hvd_backend_v1, dtypes);
+  FIELD(hvd_backend_v1, reduce_ops);
+  FIELD(hvd_backend_v1, split);
+  FIELD(hvd_backend_v1, abort);
+  FIELD(hvd_backend_v1, alltoall);
+  printf("%s: 1.1 size %zu\n", "hvd_tensor", sizeof(hvd_tensor));
+  FIELD(hvd_tensor, splits);
+  printf("%s: 1.1 size %zu\n", "hvd_scheduler_stats", sizeof(hvd_scheduler_stats));
+  printf("%s: 1.1 size %zu\n", "hvd_host_services", sizeof(hvd_host_services));
+  printf("%s: 1.1 size %zu\n", "hvd_init_options", sizeof(hvd_init_options));
+  printf("%s: 1.1 size %zu\n", "hvd_placement", sizeof(hvd_placement));
+  VALUE(HVD_COLLECTIVE_REDUCE_SCATTER);
+  VALUE(HVD_COLLECTIVE_ALLTOALL);
+  VALUE(HVD_DTYPES_1_0);
+  VALUE(HVD_REDUCE_OPS_1_0);
+  VALUE(HVD_DTYPE_BIT(HVD_FLOAT64));
+  VALUE(HVD_REDUCE_OP_BIT(HVD_PRODUCT));
+  VALUE(HVD_COLOR_NONE);
+#endif
   return 0;
 }

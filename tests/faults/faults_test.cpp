@@ -40,7 +40,7 @@ class SyncEnvironment : public ::testing::Environment {
 int rank() { return hvd_rank(g_sync); }
 int size() { return hvd_size(g_sync); }
 std::string backend() { return hvd_backend_name(g_sync); }
-// The test plugins kvs (ABI 1.1, with abort) and kvs10 (ABI 1.0, without) fail on demand.
+// The test plugins kvs (ABI 1.2, with abort) and kvs10 (ABI 1.0, without) fail on demand.
 bool has_fault_knobs() { return backend() == "kvs" || backend() == "kvs10"; }
 
 void sync() { ASSERT_EQ(hvd_barrier(g_sync), HVD_SUCCESS) << hvd_last_error(); }

@@ -45,15 +45,15 @@ echo "ok: the C++ example with pkg-config"
 
 # The package's version is the backend ABI's, and its rule the ABI's promise.
 mkdir version-rule
-for request in "" 1.0 1.1 "1.0...2.0" 1.2 0.1 2.0 "1.0...<1.1"; do
+for request in "" 1.0 1.1 1.2 "1.0...2.0" 1.3 0.1 2.0 "1.0...<1.2"; do
   printf 'cmake_minimum_required(VERSION 3.22)\nproject(v LANGUAGES C)\nfind_package(hvd %s QUIET)\nmessage(STATUS "found=${hvd_FOUND}")\n' \
     "$request" > version-rule/CMakeLists.txt
   found=$(cmake -S version-rule -B version-rule/build -DCMAKE_PREFIX_PATH="$HVD_PREFIX" | sed -n 's/.*found=//p')
   rm -rf version-rule/build
-  case "$request" in ""|1.0|1.1|1.0...2.0) want=1 ;; *) want=0 ;; esac
+  case "$request" in ""|1.0|1.1|1.2|1.0...2.0) want=1 ;; *) want=0 ;; esac
   [ "$found" = "$want" ] || fail "find_package(hvd $request) found=$found, not $want"
 done
-pkg-config --atleast-version=1.1 hvd-sdk || fail "hvd-sdk.pc is not at ABI 1.1"
+pkg-config --atleast-version=1.2 hvd-sdk || fail "hvd-sdk.pc is not at ABI 1.2"
 echo "ok: find_package(hvd X.Y) follows the ABI's promise"
 
 # hvd_add_backend fails the build of a plugin whose entry is not exported (no extern "C"), and

@@ -416,8 +416,8 @@ INSTANTIATE_TEST_SUITE_P(Providers, OfiFaultJob, ::testing::Values("shm", "tcp;o
 
 // ---- mpi ----------------------------------------------------------------------------------------
 
-// The mpi backend's two modes: MPI's collectives (the default) and hvd's algorithms.
-std::string mpi_job(const std::string& arguments, const std::string& algorithms = "library") {
+// The mpi backend's two modes: hvd's algorithms (the default) and MPI's collectives.
+std::string mpi_job(const std::string& arguments, const std::string& algorithms) {
   return kMpirun +
          " -np 2 -x HVD_BACKEND=mpi -x HVD_TIMEOUT=2 -x HVD_MPI_ALGORITHMS=" + algorithms + " " +
          kFaultJob + " " + arguments;

@@ -118,7 +118,7 @@ TEST(Agreement, RanksWithDifferentBackendsAllFailWithTheSameMessage) {
   EXPECT_TRUE(has(messages[0],
                   "mismatch between ranks: ranks chose different backends: ranks 0, 2 use gloo"))
       << messages[0];
-  EXPECT_TRUE(has(messages[0], "rank 1 uses kvs 1.0.0 (ABI 1.1)")) << messages[0];
+  EXPECT_TRUE(has(messages[0], "rank 1 uses kvs 1.0.0 (ABI 1.2)")) << messages[0];
 }
 
 TEST(Agreement, AnUnknownBackendListsTheAvailableOnesOnEveryRank) {

@@ -86,6 +86,7 @@ struct hvd_backend_comm {
   struct kvs_faults faults;
   long calls[KVS_CALLS]; /* calls made so far, by kind */
   int aborted;           /* set by abort from any thread: read and written with __atomic only */
+  int require_deadline;  /* HVD_TEST_REQUIRE_DEADLINE=1: every call must carry the 1.2 stamp */
 };
 
 static hvd_status fail(const struct hvd_backend_comm* c, hvd_status code, const char* message) {
@@ -191,7 +192,8 @@ static hvd_status gather_all(struct hvd_backend_comm* c, const void* mine, size_
 /* A test plugin that notices when the host breaks its promise: any dtype, reduce op or memory type
  * it did not declare (or does not know) ends the process loudly, so that no test can pass over
  * it. */
-static void expect_declared(const hvd_collective_args* a, int uses_op) {
+static void expect_declared(const struct hvd_backend_comm* c, const hvd_collective_args* a,
+                            int uses_op) {
   const int dtype_known = a->dtype >= 0 && a->dtype < HVD_DTYPE_COUNT;
   const int op_known = !uses_op || (a->op >= 0 && a->op < HVD_REDUCE_OP_COUNT);
 #ifdef HVD_TEST_DEVICE_ONLY
@@ -209,6 +211,26 @@ static void expect_declared(const hvd_collective_args* a, int uses_op) {
             HVD_TEST_NAME, (int)a->dtype, (int)a->op, (int)a->memory_type);
     abort();
   }
+#if HVD_BACKEND_ABI_MINOR >= 2
+  /* 1.2: a stamped deadline lies at most HVD_TIMEOUT ahead (plus the coarse clock's tick);
+   * libhvd stamps every call (the conformance runs set HVD_TEST_REQUIRE_DEADLINE=1), a host of
+   * its own may not. */
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+  const int64_t latest = now_ns + (c->timeout_ms + 20) * 1000000;
+  const int stamped = HVD_HAS_FIELD(a, hvd_collective_args, deadline_ns) && a->deadline_ns != 0;
+  if ((c->require_deadline && !stamped) ||
+      (stamped && a->deadline_ns > latest)) {
+    fprintf(
+        stderr,
+        "%s: the host stamped deadline %lld ns with the time %lld ns and a timeout of %lld ms\n",
+        HVD_TEST_NAME, (long long)a->deadline_ns, (long long)now_ns, (long long)c->timeout_ms);
+    abort();
+  }
+#else
+  (void)c;
+#endif
 }
 
 static hvd_status kvs_init(const hvd_backend_init_args* args, hvd_backend_comm** comm) {
@@ -233,6 +255,8 @@ static hvd_status kvs_init(const hvd_backend_init_args* args, hvd_backend_comm**
   c->rank = args->rank;
   c->size = args->size;
   c->timeout_ms = args->timeout_ms;
+  const char* require_deadline = getenv("HVD_TEST_REQUIRE_DEADLINE");
+  c->require_deadline = require_deadline != NULL && strcmp(require_deadline, "1") == 0;
   c->host = args->host;
   c->faults = faults;
   c->calls[KVS_INIT] = 1;
@@ -256,7 +280,7 @@ static hvd_status kvs_abort(hvd_backend_comm* c) {
 #endif
 
 static hvd_status kvs_allreduce(hvd_backend_comm* c, const hvd_collective_args* a) {
-  expect_declared(a, 1);
+  expect_declared(c, a, 1);
   const hvd_status begun = begin(c, KVS_ALLREDUCE);
   if (begun != HVD_SUCCESS) return begun;
   const size_t bytes = (size_t)a->count * hvd_dtype_size(a->dtype);
@@ -279,7 +303,7 @@ static hvd_status kvs_allreduce(hvd_backend_comm* c, const hvd_collective_args* 
 }
 
 static hvd_status kvs_allgather(hvd_backend_comm* c, const hvd_collective_args* a) {
-  expect_declared(a, 0);
+  expect_declared(c, a, 0);
   const hvd_status begun = begin(c, KVS_ALLGATHER);
   if (begun != HVD_SUCCESS) return begun;
   const size_t element = hvd_dtype_size(a->dtype);
@@ -298,7 +322,7 @@ static hvd_status kvs_allgather(hvd_backend_comm* c, const hvd_collective_args* 
 }
 
 static hvd_status kvs_broadcast(hvd_backend_comm* c, const hvd_collective_args* a) {
-  expect_declared(a, 0);
+  expect_declared(c, a, 0);
   const hvd_status begun = begin(c, KVS_BROADCAST);
   if (begun != HVD_SUCCESS) return begun;
   const size_t bytes = (size_t)a->count * hvd_dtype_size(a->dtype);

@@ -211,7 +211,7 @@ TEST(PluginLoader, AnAbiMajorMismatchNamesBothVersions) {
   ASSERT_FALSE(plugin.ok());
   EXPECT_TRUE(contains(plugin.status().message(),
                        "it was built for hvd backend ABI 2 (it exports hvd_backend_entry_v2) but "
-                       "this hvd speaks ABI 1.1"))
+                       "this hvd speaks ABI 1.2"))
       << plugin.status().message();
 }
 

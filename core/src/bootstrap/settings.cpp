@@ -104,7 +104,7 @@ const std::vector<KnobSpec>& knob_table() {
       {"GLOO_HOSTNAME", false, T::kElsewhere, nullptr, 0, kNoMax, nullptr, "address Gloo binds to",
        "the gloo plugin"},
       {"MPI_ALGORITHMS", false, T::kElsewhere, nullptr, 0, kNoMax, nullptr,
-       "mpi: library (MPI's own collectives) or hvd (hvd's algorithms over point-to-point)",
+       "mpi: hvd (hvd's algorithms over point-to-point) or library (MPI's own collectives)",
        "the mpi plugin"},
       {"OFI_PROVIDER", false, T::kElsewhere, nullptr, 0, kNoMax, nullptr,
        "libfabric provider of the ofi backend", "the ofi plugin"},

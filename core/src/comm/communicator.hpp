@@ -165,7 +165,9 @@ class Communicator final : public Collectives, private Watchdog::Watched {
   Status call_split(const hvd_backend_init_args* args, hvd_backend_comm** child);
   Status finalize_backend();
   // One bounded backend call (args NULL for a barrier).
-  Status call(hvd_collective entry, const char* what, const hvd_collective_args* args);
+  // Runs `args` (null: a barrier) on the backend, stamped with the call's deadline (ABI 1.2).
+  Status call(hvd_collective entry, const char* what, const hvd_collective_args* unstamped);
+  hvd_collective_args stamped(const hvd_collective_args& args) const;
   // The same for a plugin without abort: on the runner, walked away from at the deadline.
   Status call_on_runner(hvd_collective entry, const char* what, const hvd_collective_args* args,
                         Clock::time_point deadline);

@@ -1,4 +1,4 @@
-/* hvd/backend.h — the backend plugin ABI, version 1.1.
+/* hvd/backend.h — the backend plugin ABI, version 1.2.
  *
  * A backend plugin is a shared library named libhvd-backend-<name>.so that exports exactly one
  * symbol, the entry function
@@ -11,8 +11,8 @@
  *
  * C99, no dependencies. Every struct starts with `struct_size`: minor versions only append
  * fields, and a reader touches a field newer than 1.0 only where struct_size covers it
- * (HVD_HAS_FIELD in types.h). Fields appended by 1.1 are marked "1.1"; each names its default,
- * which is what a reader assumes when the writer's struct_size does not cover it. */
+ * (HVD_HAS_FIELD in types.h). Fields appended by 1.1 and 1.2 are marked so; each names its
+ * default, which is what a reader assumes when the writer's struct_size does not cover it. */
 #ifndef HVD_BACKEND_H
 #define HVD_BACKEND_H
 
@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 #define HVD_BACKEND_ABI_MAJOR 1
-#define HVD_BACKEND_ABI_MINOR 1
+#define HVD_BACKEND_ABI_MINOR 2
 #define HVD_BACKEND_ENTRY_SYMBOL "hvd_backend_entry_v1"
 #define HVD_BACKEND_FILE_PREFIX "libhvd-backend-"
 #define HVD_BACKEND_FILE_SUFFIX ".so"
@@ -141,8 +141,25 @@ typedef struct hvd_collective_args {
 
   /* 1.1: alltoall: `size` per-destination element counts. Default NULL. */
   const uint64_t* send_counts;
+
+  /* 1.2: when the call must have returned, in nanoseconds of the steady clock (CLOCK_MONOTONIC).
+   * The host stamps it once per application call, from HVD_TIMEOUT, so that every backend call
+   * one application call makes (a hierarchical allreduce makes several) ends by the same time; it
+   * reads the kernel's coarse clock, so the deadline may fall up to a clock tick (1-10 ms) late.
+   * A plugin returns HVD_ERR_TIMEOUT once it has waited past it (hvd/sdk/deadline.hpp reads it).
+   * Default 0: none given; the plugin bounds the call by init's timeout_ms from its start. */
+  int64_t deadline_ns;
+  /* 1.2: HVD_CALL_* bits. Default 0. */
+  uint32_t flags;
 } hvd_collective_args;
 #define HVD_COLLECTIVE_ARGS_SIZE_1_0 HVD_FIELD_END(hvd_collective_args, stream)
+#define HVD_COLLECTIVE_ARGS_SIZE_1_1 HVD_FIELD_END(hvd_collective_args, send_counts)
+
+/* 1.2, hvd_collective_args.flags: before making this call the host compared its kind, dtype,
+ * count(s), op and root across the ranks (the scheduler's negotiation, HVD_CHECK_ARGS), so every
+ * rank makes the same call. A plugin that compares its ranks' calls before moving data (Gloo's
+ * event loop cannot survive a longer message than it expects) may skip that comparison. */
+#define HVD_CALL_RANKS_AGREE (1u << 0)
 
 /* A plugin's communicator: opaque to the host. */
 typedef struct hvd_backend_comm hvd_backend_comm;
