@@ -33,7 +33,8 @@
 // Either way abort() sets a flag the wait sees, and the call returns at once. The waits neither
 // bounds are init's MPI_Init_thread and split's MPI_Comm_split, which MPI offers only blocking
 // (split() says how it keeps that wait short). Counts above MPI's int take MPI's collectives in
-// pieces of at most kMaxCount elements, in either mode (alltoall: hvd's exchange in pieces).
+// pieces of at most kMaxCount elements, in either mode (alltoall: hvd's exchange in pieces), so
+// such a call has library mode's exposure to a late rank even in hvd mode.
 //
 // What MPI cannot do: cancel a send, a collective, or a receive that has begun to arrive. A call
 // that ends early (timeout, abort, mismatch) leaves them to finish in the background: the
@@ -352,12 +353,14 @@ class MpiBackend {
                         std::to_string(ctx.rank) + " of " + std::to_string(ctx.size) +
                         ": launch with mpirun (or unset the HVD_RANK/HVD_SIZE variables)");
     }
+    HVD_RETURN_IF_ERROR(self->agree_on_algorithms());
     HVD_RETURN_IF_ERROR(self->half_ops_.create());
     return self;
   }
 
   ~MpiBackend() {
-    half_ops_.free();
+    // A call left running (abandoned) may still use the ops.
+    if (!abandoned_) half_ops_.free();
     // MPI_Comm_free is collective, and requests left on the communicator still use it.
     if (comm_ != MPI_COMM_NULL && !abandoned_) MPI_Comm_free(&comm_);
     if (abandoned_) keep_forever(std::move(scratch_));
@@ -372,35 +375,33 @@ class MpiBackend {
     return Status::success();
   }
 
+  // In place on recvbuf (the input copied there first), whichever way: MPI_IN_PLACE must be
+  // every rank's choice or none's, and hvd's algorithms work in place.
   Status allreduce(const hvd_collective_args& a) {
     HVD_RETURN_IF_ERROR(usable("allreduce"));
     if (a.count == 0) return Status::success();
     const Call call = call_of("allreduce", kTagAllreduce, a);
     const MPI_Op op = reduce_op(a);
+    if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
     if (size_ > 1 && (algorithms_ == Algorithms::kLibrary || a.count > kMaxCount)) {
       const bool blocking = a.count * call.element >= kBlockingAllreduceFromBytes;
-      const bool in_place = a.sendbuf == a.recvbuf;
       HVD_RETURN_IF_ERROR(in_pieces(a.count, [&](uint64_t first, int n) {
-        const void* send = in_place ? MPI_IN_PLACE : at(a.sendbuf, first, call.element);
-        void* recv = at(a.recvbuf, first, call.element);
+        void* data = at(a.recvbuf, first, call.element);
         if (blocking) {
-          return blocking_call(call, [send, recv, n, type = call.type, op, comm = comm_] {
-            return MPI_Allreduce(send, recv, n, type, op, comm);
+          return blocking_call(call, [data, n, type = call.type, op, comm = comm_] {
+            return MPI_Allreduce(MPI_IN_PLACE, data, n, type, op, comm);
           });
         }
         return nonblocking_call(call, [&](MPI_Request* request) {
-          return MPI_Iallreduce(send, recv, n, call.type, op, comm_, request);
+          return MPI_Iallreduce(MPI_IN_PLACE, data, n, call.type, op, comm_, request);
         });
       }));
-    } else {
-      if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
-      if (size_ > 1) {
-        const int count = static_cast<int>(a.count);
-        char* data = static_cast<char*>(a.recvbuf);
-        HVD_RETURN_IF_ERROR(a.count * call.element < kRingFromBytes || count < size_
-                                ? recursive_doubling(call, data, count, op)
-                                : ring_allreduce(call, data, count, op));
-      }
+    } else if (size_ > 1) {
+      const int count = static_cast<int>(a.count);
+      char* data = static_cast<char*>(a.recvbuf);
+      HVD_RETURN_IF_ERROR(a.count * call.element < kRingFromBytes || count < size_
+                              ? recursive_doubling(call, data, count, op)
+                              : ring_allreduce(call, data, count, op));
     }
     if (a.op == HVD_AVERAGE) hvd_divide(a.recvbuf, a.count, a.dtype, size_);
     return Status::success();
@@ -431,8 +432,12 @@ class MpiBackend {
     if (algorithms_ == Algorithms::kHvd || size_ == 1) {
       return ring_allgather(call, a.sendbuf, static_cast<char*>(a.recvbuf), int_counts, int_displs);
     }
-    const void* send = a.sendbuf == mine ? MPI_IN_PLACE : a.sendbuf;
+    // MPI_IN_PLACE must be every rank's choice or none's: always in place, this rank's block
+    // copied to its place first.
     const int count = int_counts[self];
+    if (a.sendbuf != mine && count > 0)
+      std::memcpy(mine, a.sendbuf, static_cast<size_t>(count) * call.element);
+    const void* send = MPI_IN_PLACE;
     if (total * call.element >= kBlockingAllgatherFromBytes) {
       return blocking_call(
           call, [send, count, counts = std::move(int_counts), displs = std::move(int_displs),
@@ -492,10 +497,17 @@ class MpiBackend {
       if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
       return Status::success();  // an average over one rank is the value itself
     }
-    if (a.count > kMaxCount) {
+    const bool library = algorithms_ == Algorithms::kLibrary;
+    // Open MPI's reduce-scatter counts the whole input (count x size) in an int.
+    if (a.count > kMaxCount || (library && a.count * static_cast<uint64_t>(size_) > kMaxCount)) {
       HVD_RETURN_IF_ERROR(reduce_scatter_by_reduces(call, a));
-    } else if (algorithms_ == Algorithms::kLibrary) {
-      const void* send = a.sendbuf == a.recvbuf ? MPI_IN_PLACE : a.sendbuf;
+    } else if (library) {
+      // MPI_IN_PLACE must be every rank's choice or none's: in place, the input is copied.
+      const void* send = a.sendbuf;
+      if (a.sendbuf == a.recvbuf) {
+        const size_t bytes = a.count * static_cast<uint64_t>(size_) * call.element;
+        send = std::memcpy(scratch(bytes), a.sendbuf, bytes);
+      }
       HVD_RETURN_IF_ERROR(nonblocking_call(call, [&](MPI_Request* request) {
         return MPI_Ireduce_scatter_block(send, a.recvbuf, static_cast<int>(a.count), call.type,
                                          reduce_op(a), comm_, request);
@@ -669,6 +681,21 @@ class MpiBackend {
     return half ? half_ops_.ops[a.dtype == HVD_BFLOAT16][a.op] : builtin_op(a.op);
   }
 
+  // Ranks that move data differently would only time out, each waiting on messages the others
+  // never send: they compare HVD_MPI_ALGORITHMS first.
+  Status agree_on_algorithms() {
+    const int mine = static_cast<int>(algorithms_);
+    int range[2] = {mine, -mine};  // with MPI_MAX: the largest, and minus the smallest
+    const Call call{"init", 0, MPI_INT, sizeof(int), Clock::now(), Deadline::after(timeout_)};
+    HVD_RETURN_IF_ERROR(nonblocking_call(call, [&](MPI_Request* request) {
+      return MPI_Iallreduce(MPI_IN_PLACE, range, 2, MPI_INT, MPI_MAX, comm_, request);
+    }));
+    if (range[0] == -range[1]) return Status::success();
+    return Status(HVD_ERR_MISMATCH,
+                  "the ranks set HVD_MPI_ALGORITHMS differently (some 'hvd', some 'library'): "
+                  "set it alike on every rank");
+  }
+
   // A collective on `a`, starting now.
   Call call_of(const char* name, int tag, const hvd_collective_args& a) const {
     return Call{name,
@@ -705,6 +732,9 @@ class MpiBackend {
   // deadline and the abort flag. `run` owns what it uses but the buffers: a call walked away from
   // stays in MPI, and the communicator with it.
   Status blocking_call(const Call& call, std::function<int()> run) {
+    // A collective started now would be walked away from at once.
+    if (aborted_.load()) return aborted(call);
+    if (call.deadline.passed()) return timed_out(call, "the other ranks");
     std::optional<Status> outcome;
     try {
       outcome = runner_.run(

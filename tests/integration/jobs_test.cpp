@@ -121,6 +121,18 @@ TEST(Agreement, RanksWithDifferentBackendsAllFailWithTheSameMessage) {
   EXPECT_TRUE(has(messages[0], "rank 1 uses kvs 1.0.0 (ABI 1.2)")) << messages[0];
 }
 
+// The fusion scheduler's batches are collectives: ranks that cut them differently would call the
+// backend with different counts (which it is told they agree on).
+TEST(Agreement, RanksWithDifferentFusionThresholdsAllFailWithTheSameMessage) {
+  Job r = run(kHvdrun + " -np 2 -- sh -c '[ \"$HVD_RANK\" = 1 ] && export " +
+              "HVD_FUSION_THRESHOLD=4096; exec " + kProbe + " --exit-zero'");
+  const auto messages = init_failures(r.output);
+  ASSERT_EQ(messages.size(), 2u) << r.output;
+  EXPECT_EQ(messages[0], messages[1]);
+  EXPECT_TRUE(has(messages[0], "mismatch between ranks")) << messages[0];
+  EXPECT_TRUE(has(messages[0], "with HVD_FUSION_THRESHOLD=4096")) << messages[0];
+}
+
 TEST(Agreement, AnUnknownBackendListsTheAvailableOnesOnEveryRank) {
   Job r = run("HVD_BACKEND=nope " + kHvdrun + " -np 2 " + kProbe + " --exit-zero");
   const auto messages = init_failures(r.output);

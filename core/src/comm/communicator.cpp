@@ -119,6 +119,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const CommOptions& op
     choice +=
         " with HVD_HIERARCHICAL_ALLREDUCE=1 in chunks of " + std::to_string(chunk_bytes) + " bytes";
   }
+  // The fusion scheduler's batches are collectives every rank must cut alike (the backend is told
+  // so: HVD_CALL_RANKS_AGREE): a threshold other than the default is part of the choice.
+  const double fusion = settings.number(Knob::kFusionThreshold);
+  if (loaded.ok() && options.purpose.empty() &&
+      fusion != std::stod(hvd::core::spec(Knob::kFusionThreshold).fallback)) {
+    choice += " with HVD_FUSION_THRESHOLD=" + std::to_string(static_cast<uint64_t>(fusion));
+  }
   const std::string record = format_init_record(host_identity(settings), world, choice);
 
   // Rendezvous: the job's TCP store, at HVD_RENDEZVOUS_ADDR or made through the launcher; an
@@ -599,6 +606,11 @@ hvd_collective_args Communicator::stamped(const hvd_collective_args& args) const
   const Clock::rep serving = serving_deadline_.load(std::memory_order_acquire);
   if (serving > 0) {
     deadline = std::min(deadline, Clock::time_point(Clock::duration(serving)) - kMargin);
+  }
+  // A stamp the args carry already (one application call of several backend calls) stands.
+  if (args.deadline_ns > 0) {
+    deadline = std::min(
+        deadline, sdk::Deadline::Clock::time_point(std::chrono::nanoseconds(args.deadline_ns)));
   }
   a.deadline_ns = sdk::Deadline::to_ns(deadline);
   return a;

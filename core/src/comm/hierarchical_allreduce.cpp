@@ -54,7 +54,9 @@ Status Communicator::enable_hierarchical(uint64_t chunk_bytes) {
   return Status::success();
 }
 
-Status Communicator::hierarchical_allreduce(const hvd_collective_args& a) {
+Status Communicator::hierarchical_allreduce(const hvd_collective_args& unstamped) {
+  // One deadline for every phase and chunk: each backend call keeps this stamp.
+  const hvd_collective_args a = stamped(unstamped);
   // The guards of call(): its phases run on the children, but the call is this communicator's.
   {
     std::lock_guard<std::mutex> lock(call_mutex_);

@@ -149,8 +149,9 @@ typedef struct hvd_collective_args {
    * A plugin returns HVD_ERR_TIMEOUT once it has waited past it (hvd/sdk/deadline.hpp reads it).
    * Default 0: none given; the plugin bounds the call by init's timeout_ms from its start. */
   int64_t deadline_ns;
-  /* 1.2: HVD_CALL_* bits. Default 0. */
-  uint32_t flags;
+  /* 1.2: HVD_CALL_* bits. Default 0. 64 bits, so that the struct has no tail padding a later
+   * field could land in. */
+  uint64_t flags;
 } hvd_collective_args;
 #define HVD_COLLECTIVE_ARGS_SIZE_1_0 HVD_FIELD_END(hvd_collective_args, stream)
 #define HVD_COLLECTIVE_ARGS_SIZE_1_1 HVD_FIELD_END(hvd_collective_args, send_counts)
@@ -159,7 +160,7 @@ typedef struct hvd_collective_args {
  * count(s), op and root across the ranks (the scheduler's negotiation, HVD_CHECK_ARGS), so every
  * rank makes the same call. A plugin that compares its ranks' calls before moving data (Gloo's
  * event loop cannot survive a longer message than it expects) may skip that comparison. */
-#define HVD_CALL_RANKS_AGREE (1u << 0)
+#define HVD_CALL_RANKS_AGREE (1ull << 0)
 
 /* A plugin's communicator: opaque to the host. */
 typedef struct hvd_backend_comm hvd_backend_comm;
