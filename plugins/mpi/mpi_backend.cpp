@@ -187,13 +187,12 @@ hvd::Result<Algorithms> algorithms_from_env() {
                     "default) or 'library' (MPI's own collectives)");
 }
 
-// Library mode: from these sizes MPI's blocking call on the plugin's thread beats its nonblocking
-// call (Open MPI 4.1's libnbc: 1.3x slower allreduces from 256 KiB, 2x slower allgathers from
-// 64 KiB); below them the thread's hand-off (about 8 us) costs more than libnbc does. Broadcast,
-// reduce-scatter, alltoall and the barrier are as fast nonblocking at every size, and take that.
-// Measured: docs/performance.md, "MPI's collectives".
-constexpr uint64_t kBlockingAllreduceFromBytes = uint64_t{256} << 10;
-constexpr uint64_t kBlockingAllgatherFromBytes = uint64_t{64} << 10;
+// Library mode: from this size MPI's blocking call on the plugin's thread beats its nonblocking
+// call for allreduce and allgather (Open MPI 4.1's libnbc: 1.3x slower allreduces from 256 KiB,
+// 2-2.5x slower allgathers); below it the thread's hand-off (8-16 us) costs more than libnbc does.
+// Broadcast, reduce-scatter, alltoall and the barrier are as fast nonblocking at every size, and
+// take that. Measured by hvd-mpi-waits: docs/performance.md, "MPI's collectives".
+constexpr uint64_t kBlockingFromBytes = uint64_t{256} << 10;
 
 // Set once a call left a request behind (timed out, aborted or mismatched). MPI_Finalize would
 // then wait for it and, in Open MPI, for every rank, one of which may never answer again: the exit
@@ -384,7 +383,7 @@ class MpiBackend {
     const MPI_Op op = reduce_op(a);
     if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
     if (size_ > 1 && (algorithms_ == Algorithms::kLibrary || a.count > kMaxCount)) {
-      const bool blocking = a.count * call.element >= kBlockingAllreduceFromBytes;
+      const bool blocking = a.count * call.element >= kBlockingFromBytes;
       HVD_RETURN_IF_ERROR(in_pieces(a.count, [&](uint64_t first, int n) {
         void* data = at(a.recvbuf, first, call.element);
         if (blocking) {
@@ -438,7 +437,7 @@ class MpiBackend {
     if (a.sendbuf != mine && count > 0)
       std::memcpy(mine, a.sendbuf, static_cast<size_t>(count) * call.element);
     const void* send = MPI_IN_PLACE;
-    if (total * call.element >= kBlockingAllgatherFromBytes) {
+    if (total * call.element >= kBlockingFromBytes) {
       return blocking_call(
           call, [send, count, counts = std::move(int_counts), displs = std::move(int_displs),
                  varying, recv = a.recvbuf, type = call.type, comm = comm_] {
