@@ -63,11 +63,13 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   # Open MPI's leaks are suppressed by library (tests/sanitizers/lsan.supp); everything else is
   # reported. Its frames have no frame pointers and it unloads its components at exit, so the
   # tests that run it need full stacks and components kept loaded to attribute what they find.
-  mpi_tests='^conformance\.mpi\.|^integration\.Mpirun\.|^netns\.|^bench\.hvd_bench|^bench\.ofi_floor$|^scheduler\.mpi|^faults\.mpi\.'
+  mpi_tests='^conformance\.mpi\.|^integration\.Mpirun[./]|^netns\.|^bench\.hvd_bench|^bench\.ofi_floor$|^scheduler\.mpi|^faults\.mpi\.'
   # Run in the normal build only: the three rate-capped namespace hosts (over 3 minutes under
   # ASan, on the code paths conformance.*.np3 already runs here), the hierarchical phases across
-  # two namespace hosts (the collectives conformance runs here) and the fault suite at 3 ranks
-  # (the same paths as at 2).
+  # two namespace hosts (the collectives conformance runs here), the fault suite at 3 ranks
+  # (the same paths as at 2), and the mpi plugin with MPI's collectives and in pieces
+  # (conformance.mpi-*, and the fault jobs of library mode: the same host paths as with hvd's
+  # algorithms, the rest in MPI's uninstrumented library, where a walked-away call stays).
   # Hierarchical conformance runs its floating allreduces on gloo only (below): the rest is what
   # np4 runs, and the mpi run differs only in the backend's calls.
   # Conformance at 4 ranks on gloo, mpi and ofi, and at 1 on mpi: hvd's side of them is what 2
@@ -75,7 +77,7 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
   # minutes. Conformance of ofi over tcp;ofi_rxm: the same plugin code as over shm (only
   # libfabric's provider, which is not instrumented, differs), 100 s more. At 1 rank, gloo's
   # conformance runs the host's single-rank paths that ofi's and mpi's would run again.
-  asan_skip='^netns\.three_hosts$|^netns\.hierarchical_phases$|^faults\..*\.np3$|^conformance\..*\.hierarchical\.|^conformance\.(gloo|mpi|ofi)\.np4$|^conformance\.(mpi|ofi)\.np1$|^conformance\.ofi-tcp\.'
+  asan_skip='^netns\.three_hosts$|^netns\.hierarchical_phases$|^faults\..*\.np3$|^conformance\..*\.hierarchical\.|^conformance\.(gloo|mpi|ofi)\.np4$|^conformance\.(mpi|ofi)\.np1$|^conformance\.ofi-tcp\.|^conformance\.mpi-|^integration\.Mpirun.*(/library_|InMpis)'
   asan_env=(LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp"
             OMPI_MCA_mca_base_component_disable_dlclose=1)
   (export "${asan_env[@]}" ASAN_OPTIONS=detect_leaks=1
@@ -104,7 +106,7 @@ if [ "${HVD_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
    tests_beside build-tsan '^faults\.(gloo|kvs|kvs10)\.np2$' -j "$jobs" --output-on-failure \
                 --timeout 900 \
                 -R '^(unit|integration|orphans\.local)\.|^conformance\.kvs\.np2$|^scheduler\.(gloo|kvs)\.np2$' \
-                -E '^integration\.Mpirun\.|^integration\.Providers/OfiFaultJob\..*/tcp ')
+                -E '^integration\.Mpirun[./]|^integration\.Providers/OfiFaultJob\..*/tcp ')
   # Gloo conformance on two dtypes of each kind's width: the threads (the event loop, the
   # scheduler, the watchdog) do the same work whatever the dtype, and all eight take 3.5 minutes.
   (cd build-tsan && TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp" \
