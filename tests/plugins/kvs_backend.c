@@ -220,8 +220,7 @@ static void expect_declared(const struct hvd_backend_comm* c, const hvd_collecti
   const int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
   const int64_t latest = now_ns + (c->timeout_ms + 20) * 1000000;
   const int stamped = HVD_HAS_FIELD(a, hvd_collective_args, deadline_ns) && a->deadline_ns != 0;
-  if ((c->require_deadline && !stamped) ||
-      (stamped && a->deadline_ns > latest)) {
+  if ((c->require_deadline && !stamped) || (stamped && a->deadline_ns > latest)) {
     fprintf(
         stderr,
         "%s: the host stamped deadline %lld ns with the time %lld ns and a timeout of %lld ms\n",

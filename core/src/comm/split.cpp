@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "comm/host_services.hpp"
 #include "bootstrap/host.hpp"
+#include "comm/host_services.hpp"
 #include "common/call_checks.hpp"
 #include "common/log.hpp"
 #include "common/status_text.hpp"

@@ -61,8 +61,7 @@ class Deadline {
   // The time now from the kernel's coarse clock (CLOCK_MONOTONIC as of its last tick) plus one
   // tick (its resolution, 1-10 ms): at most a tick late, and early only if the kernel's
   // timekeeping lags by more than a tick (milliseconds, against timeouts of seconds). Several times
-  // cheaper to read than the precise clock in a KVM guest (8 against 34 ns here), for a stamp
-  // taken on every call.
+  // cheaper to read than the precise clock in a KVM guest, for a stamp taken on every call.
   static Clock::time_point coarse_now() {
     static const std::chrono::nanoseconds tick = [] {
       timespec resolution{};
