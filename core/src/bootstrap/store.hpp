@@ -78,6 +78,10 @@ Bytes encode_hello(const std::string& secret);
 Bytes encode_set(const std::string& key, const char* value, size_t size);
 Bytes encode_get(const std::string& key, int64_t timeout_ms);
 Bytes encode_reply(hvd_status code, const char* body, size_t size);
+Bytes encode_error(const Status& status);
+
+// What a get that outlived its timeout returns, from either store.
+Status not_published(const std::string& key, int64_t timeout_ms);
 
 // A request frame's payload as a request; an error for anything the client does not send
 // (unknown opcode, a field cut short, bytes left over). Takes the payload so that a set's value
