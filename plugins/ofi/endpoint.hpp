@@ -74,6 +74,7 @@ using Shape = hvd::sdk::CallShape;
 
 class Endpoint {
  public:
+  using Op = ofi::Op;  // what the algorithms (plugins/common/algorithms.hpp) post
   // Opens `provider` (a libfabric provider name such as "shm" or "tcp;ofi_rxm") and connects to
   // the communicator's ranks. Collective over them.
   // `message_bytes`: the largest message the collectives send as one (a ring segment); over

@@ -1,5 +1,5 @@
-// The libfabric backend: hvd's own collective algorithms (collectives.hpp) over a libfabric
-// provider's reliable tagged messages (endpoint.hpp).
+// The libfabric backend: hvd's own collective algorithms (plugins/common/algorithms.hpp) over a
+// libfabric provider's reliable tagged messages (endpoint.hpp).
 //
 // The provider is HVD_OFI_PROVIDER, or by default shm when every rank of the communicator is on
 // this host (hvd's one host identity), else tcp;ofi_rxm. Any RDM provider with tagged messages
@@ -22,7 +22,6 @@ using hvd::Result;
 using hvd::Status;
 using hvd::ofi::Collectives;
 using hvd::ofi::Endpoint;
-using hvd::ofi::Tuning;
 
 std::string provider_for(const hvd::sdk::InitContext& ctx) {
   const bool one_host = ctx.member_local_size == ctx.size;
@@ -34,8 +33,8 @@ class OfiBackend {
   static Result<std::unique_ptr<OfiBackend>> create(const hvd::sdk::InitContext& ctx) {
     const std::string provider = provider_for(ctx);
     // A knob this rank cannot take still lets the endpoint meet the others (Endpoint::open).
-    const Result<Tuning> tuned = Tuning::from_environment(provider);
-    const Tuning tuning = tuned.ok() ? *tuned : Tuning{};
+    const Result<hvd::algorithms::Tuning> tuned = hvd::ofi::tuning_from_environment(provider);
+    const hvd::algorithms::Tuning tuning = tuned.ok() ? *tuned : hvd::algorithms::Tuning{};
     HVD_ASSIGN_OR_RETURN(
         std::unique_ptr<Endpoint> ep,
         Endpoint::open(ctx, provider, tuning.segment_bytes,
@@ -68,7 +67,7 @@ class OfiBackend {
   static constexpr uint64_t reduce_ops = HVD_REDUCE_OPS_1_0;
 
  private:
-  OfiBackend(std::unique_ptr<Endpoint> ep, Tuning tuning)
+  OfiBackend(std::unique_ptr<Endpoint> ep, hvd::algorithms::Tuning tuning)
       : ep_(std::move(ep)), collectives_(*ep_, tuning) {}
 
   std::unique_ptr<Endpoint> ep_;
