@@ -328,12 +328,24 @@ class RingPass {
 
 }  // namespace detail
 
+// A transport's exchange() by its posts: a receive and a send with `peer`, waited for together.
+template <typename Transport>
+Status exchange_by_posts(Transport& t, int peer, uint32_t index, const void* send, void* recv,
+                         size_t bytes) {
+  HVD_ASSIGN_OR_RETURN(typename Transport::Op * in, t.recv(peer, index, recv, bytes));
+  HVD_ASSIGN_OR_RETURN(typename Transport::Op * out, t.send(peer, index, send, bytes));
+  return t.wait_until([&] { return in->done && out->done; },
+                      [&] { return in->done ? out->peer : in->peer; });
+}
+
 template <typename Transport>
 class Algorithms {
  public:
   Algorithms(Transport& transport, Tuning tuning) : ep_(transport), tuning_(tuning) {}
 
   const Tuning& tuning() const { return tuning_; }
+  // The scratch buffer, handed over: a transport that abandoned a receive into it keeps it.
+  std::vector<char> take_scratch() { return std::move(scratch_); }
 
   Status allreduce(const hvd_collective_args& args);
   Status reduce_scatter(const hvd_collective_args& args);

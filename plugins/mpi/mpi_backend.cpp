@@ -13,14 +13,15 @@
 // gets a world communicator, and split fails saying what to change.
 //
 // Two ways to move the data, chosen by HVD_MPI_ALGORITHMS:
-// - `hvd` (the default): hvd's algorithms over nonblocking point-to-point messages (recursive
-//   doubling and a ring for allreduce, a binomial tree for broadcast, a ring for allgather and
-//   for reduce-scatter, pairwise exchange for alltoall, dissemination for the barrier), every
-//   round tested (MPI_Testsome) against the deadline. Each kind has its own tag, so ranks in
-//   different collectives time out instead of taking each other's messages, a message of another
-//   length is HVD_ERR_MISMATCH, and a timeout names the ranks not heard from. A call that ends
-//   early cancels its receives that have not begun, so a rank that arrives late cannot write into
-//   buffers the caller has since freed.
+// - `hvd` (the default): hvd's algorithms (plugins/common/algorithms.hpp: recursive doubling and
+//   a segmented, pipelined ring for allreduce, a binomial tree or scatter-allgather for broadcast,
+//   the ring's halves for allgather and reduce-scatter, pairwise exchange for alltoall,
+//   dissemination for the barrier) over nonblocking point-to-point messages (mpi_transport.hpp),
+//   tested against the deadline. Each kind has its own tag, so ranks in different collectives
+//   time out instead of taking each other's messages, a message of another length is
+//   HVD_ERR_MISMATCH, and a timeout names the rank waited on. A call that ends early cancels its
+//   receives that have not begun, so a rank that arrives late cannot write into buffers the
+//   caller has since freed.
 // - `library`: MPI's own collectives, so that whatever the job's MPI does best (Open MPI's tuned
 //   algorithms, coll/ucc, coll/hcoll with in-network reduction, CUDA-aware transports) does the
 //   work. MPI's blocking collectives can be neither bounded nor interrupted, so each call takes
@@ -32,9 +33,8 @@
 //   the caller's buffers, which may be freed by then. That is why it is not the default.
 // Either way abort() sets a flag the wait sees, and the call returns at once. The waits neither
 // bounds are init's MPI_Init_thread and split's MPI_Comm_split, which MPI offers only blocking
-// (split() says how it keeps that wait short). Counts above MPI's int take MPI's collectives in
-// pieces of at most kMaxCount elements, in either mode (alltoall: hvd's exchange in pieces), so
-// such a call has library mode's exposure to a late rank even in hvd mode.
+// (split() says how it keeps that wait short). Counts above MPI's int go in pieces of at most
+// kMaxCount: hvd's messages, and in library mode MPI's collectives (alltoall: hvd's exchange).
 //
 // What MPI cannot do: cancel a send, a collective, or a receive that has begun to arrive. A call
 // that ends early (timeout, abort, mismatch) leaves them to finish in the background: the
@@ -61,11 +61,13 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms.hpp"
 #include "hvd/reduce.h"
 #include "hvd/sdk/backend.hpp"
 #include "hvd/sdk/deadline.hpp"
 #include "hvd/sdk/env.hpp"
 #include "hvd/sdk/runner.hpp"
+#include "mpi_transport.hpp"
 #include "mpi_types.hpp"
 
 namespace {
@@ -229,10 +231,6 @@ void keep_forever(std::vector<char> buffer) {
 // no progress thread for shared memory or TCP), so a wait tests back to back for its first second,
 // then for 50 us every millisecond (about 5% of a core while it waits out a stopped peer).
 
-// Allreduces of at least this many bytes take the ring (each rank sends 2(n-1)/n of the buffer)
-// instead of recursive doubling (log2(n) times all of it, in fewer rounds).
-constexpr size_t kRingFromBytes = size_t{64} << 10;
-
 // Each collective's messages carry a tag of their own, so that ranks in different collectives
 // never take each other's messages for theirs: they time out instead.
 enum Tag : int {
@@ -295,13 +293,6 @@ class Round {
   std::array<int, kMax> expected_;
 };
 
-// The reduction step: inout = in op inout, `in` being the lower rank's data, so that every rank
-// combines the same operands in the same order and gets the same bits (min and max with NaNs are
-// not commutative).
-Status reduce_local(const void* in, void* inout, int count, MPI_Datatype type, MPI_Op op) {
-  return check(MPI_Reduce_local(in, inout, count, type, op), "MPI_Reduce_local");
-}
-
 class MpiBackend {
  public:
   static hvd::Result<std::unique_ptr<MpiBackend>> create(const hvd::sdk::InitContext& ctx) {
@@ -352,6 +343,7 @@ class MpiBackend {
                         std::to_string(ctx.rank) + " of " + std::to_string(ctx.size) +
                         ": launch with mpirun (or unset the HVD_RANK/HVD_SIZE variables)");
     }
+    self->start_transport();
     HVD_RETURN_IF_ERROR(self->agree_on_algorithms());
     HVD_RETURN_IF_ERROR(self->half_ops_.create());
     return self;
@@ -359,10 +351,14 @@ class MpiBackend {
 
   ~MpiBackend() {
     // A call left running (abandoned) may still use the ops.
+    if (transport_ && transport_->abandoned()) abandoned_ = true;
     if (!abandoned_) half_ops_.free();
     // MPI_Comm_free is collective, and requests left on the communicator still use it.
     if (comm_ != MPI_COMM_NULL && !abandoned_) MPI_Comm_free(&comm_);
-    if (abandoned_) keep_forever(std::move(scratch_));
+    if (abandoned_) {
+      keep_forever(std::move(scratch_));
+      if (hvd_) keep_forever(hvd_->take_scratch());
+    }
   }
 
   // The one call made from another thread while a call may run: it only sets the flag, which the
@@ -380,9 +376,10 @@ class MpiBackend {
     HVD_RETURN_IF_ERROR(usable("allreduce"));
     if (a.count == 0) return Status::success();
     const Call call = call_of("allreduce", kTagAllreduce, a);
+    if (algorithms_ == Algorithms::kHvd) return run_hvd(call, [&] { return hvd_->allreduce(a); });
     const MPI_Op op = reduce_op(a);
     if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
-    if (size_ > 1 && (algorithms_ == Algorithms::kLibrary || a.count > kMaxCount)) {
+    if (size_ > 1) {
       const bool blocking = a.count * call.element >= kBlockingFromBytes;
       HVD_RETURN_IF_ERROR(in_pieces(a.count, [&](uint64_t first, int n) {
         void* data = at(a.recvbuf, first, call.element);
@@ -395,12 +392,6 @@ class MpiBackend {
           return MPI_Iallreduce(MPI_IN_PLACE, data, n, call.type, op, comm_, request);
         });
       }));
-    } else if (size_ > 1) {
-      const int count = static_cast<int>(a.count);
-      char* data = static_cast<char*>(a.recvbuf);
-      HVD_RETURN_IF_ERROR(a.count * call.element < kRingFromBytes || count < size_
-                              ? recursive_doubling(call, data, count, op)
-                              : ring_allreduce(call, data, count, op));
     }
     if (a.op == HVD_AVERAGE) hvd_divide(a.recvbuf, a.count, a.dtype, size_);
     return Status::success();
@@ -421,6 +412,7 @@ class MpiBackend {
     }
     if (total == 0) return Status::success();
     const Call call = call_of(name, varying ? kTagAllgatherv : kTagAllgather, a);
+    if (algorithms_ == Algorithms::kHvd) return run_hvd(call, [&] { return hvd_->allgather(a); });
     const auto self = static_cast<size_t>(rank_);
     char* const mine = at(a.recvbuf, displs[self], call.element);
     // Every count and displacement fits in MPI's int when the total does.
@@ -428,9 +420,6 @@ class MpiBackend {
       return allgather_by_broadcasts(call, a.sendbuf, a.recvbuf, counts, displs);
     std::vector<int> int_counts(counts.begin(), counts.end());
     std::vector<int> int_displs(displs.begin(), displs.end());
-    if (algorithms_ == Algorithms::kHvd || size_ == 1) {
-      return ring_allgather(call, a.sendbuf, static_cast<char*>(a.recvbuf), int_counts, int_displs);
-    }
     // MPI_IN_PLACE must be every rank's choice or none's: always in place, this rank's block
     // copied to its place first.
     const int count = int_counts[self];
@@ -458,13 +447,11 @@ class MpiBackend {
     HVD_RETURN_IF_ERROR(usable("broadcast"));
     if (a.count == 0) return Status::success();
     const Call call = call_of("broadcast", kTagBroadcast, a);
+    if (algorithms_ == Algorithms::kHvd) return run_hvd(call, [&] { return hvd_->broadcast(a); });
     if (rank_ == a.root && a.sendbuf != a.recvbuf) {
       std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
     }
     if (size_ == 1) return Status::success();
-    if (algorithms_ == Algorithms::kHvd && a.count <= kMaxCount) {
-      return binomial_broadcast(call, a.recvbuf, static_cast<int>(a.count), a.root);
-    }
     return library_broadcast(call, a.recvbuf, a.count, a.root);
   }
 
@@ -477,30 +464,24 @@ class MpiBackend {
       return nonblocking_call(call,
                               [&](MPI_Request* request) { return MPI_Ibarrier(comm_, request); });
     }
-    char token = 0;
-    char received = 0;
-    for (int distance = 1; distance < size_; distance *= 2) {
-      Round round;
-      HVD_RETURN_IF_ERROR(recv(call, round, &received, 1, peer_at(-distance)));
-      HVD_RETURN_IF_ERROR(send(call, round, &token, 1, peer_at(distance)));
-      HVD_RETURN_IF_ERROR(complete(call, round));
-    }
-    return Status::success();
+    return run_hvd(call, [&] { return hvd_->barrier(); });
   }
 
   Status reduce_scatter(const hvd_collective_args& a) {
     HVD_RETURN_IF_ERROR(usable("reduce_scatter"));
     if (a.count == 0) return Status::success();
     const Call call = call_of("reduce_scatter", kTagReduceScatter, a);
+    if (algorithms_ == Algorithms::kHvd) {
+      return run_hvd(call, [&] { return hvd_->reduce_scatter(a); });
+    }
     if (size_ == 1) {
       if (a.sendbuf != a.recvbuf) std::memcpy(a.recvbuf, a.sendbuf, a.count * call.element);
       return Status::success();  // an average over one rank is the value itself
     }
-    const bool library = algorithms_ == Algorithms::kLibrary;
     // Open MPI's reduce-scatter counts the whole input (count x size) in an int.
-    if (a.count > kMaxCount || (library && a.count * static_cast<uint64_t>(size_) > kMaxCount)) {
+    if (a.count * static_cast<uint64_t>(size_) > kMaxCount) {
       HVD_RETURN_IF_ERROR(reduce_scatter_by_reduces(call, a));
-    } else if (library) {
+    } else {
       // MPI_IN_PLACE must be every rank's choice or none's: in place, the input is copied.
       const void* send = a.sendbuf;
       if (a.sendbuf == a.recvbuf) {
@@ -511,20 +492,15 @@ class MpiBackend {
         return MPI_Ireduce_scatter_block(send, a.recvbuf, static_cast<int>(a.count), call.type,
                                          reduce_op(a), comm_, request);
       }));
-    } else {
-      HVD_RETURN_IF_ERROR(ring_reduce_scatter(call, static_cast<const char*>(a.sendbuf),
-                                              static_cast<char*>(a.recvbuf),
-                                              static_cast<int>(a.count), a.dtype, a.op));
     }
     if (a.op == HVD_AVERAGE) hvd_divide(a.recvbuf, a.count, a.dtype, size_);
     return Status::success();
   }
 
-  // MPI_Ialltoallv (library) or pairwise exchange (hvd, and counts beyond MPI's int): in round k
-  // each rank sends its block for rank + k and receives the block of rank - k, so each round pairs
-  // every rank with one sender and one receiver, in pieces of at most kMaxCount. A pair whose
-  // count is 0 still exchanges an empty message: a rank that sends where its peer expects nothing
-  // is then a mismatch now, not a stray message that a later alltoall would take for its own.
+  // MPI_Ialltoallv (library), or hvd's exchange (hvd, and library counts beyond MPI's int), in
+  // which every pair exchanges a message, an empty one too: a rank that sends where its peer
+  // expects nothing is then a mismatch now, not a stray message that a later alltoall would take
+  // for its own.
   Status alltoall(const hvd_collective_args& a) {
     if (!HVD_HAS_FIELD(&a, hvd_collective_args, send_counts) || a.send_counts == nullptr ||
         a.recv_counts == nullptr) {
@@ -559,41 +535,7 @@ class MpiBackend {
       }));
       if (too_large == 0) return library_alltoall(call, a, send_offsets, recv_offsets);
     }
-    if (a.send_counts[self] > 0) {
-      std::memcpy(at(a.recvbuf, recv_offsets[self], call.element),
-                  at(a.sendbuf, send_offsets[self], call.element),
-                  a.send_counts[self] * call.element);
-    }
-    auto pieces = [](uint64_t count) {
-      return std::max<uint64_t>(1, (count + kMaxCount - 1) / kMaxCount);
-    };
-    auto piece = [](uint64_t count, uint64_t k) {
-      return static_cast<int>(std::min(kMaxCount, count - std::min(count, k * kMaxCount)));
-    };
-    for (int step = 1; step < size_; ++step) {
-      const int to = peer_at(step);
-      const int from = peer_at(-step);
-      const uint64_t sent = a.send_counts[static_cast<size_t>(to)];
-      const uint64_t received = a.recv_counts[static_cast<size_t>(from)];
-      const uint64_t rounds = std::max(pieces(sent), pieces(received));
-      for (uint64_t k = 0; k < rounds; ++k) {
-        Round round;
-        if (k < pieces(received)) {
-          HVD_RETURN_IF_ERROR(recv(
-              call, round,
-              at(a.recvbuf, recv_offsets[static_cast<size_t>(from)] + k * kMaxCount, call.element),
-              piece(received, k), from));
-        }
-        if (k < pieces(sent)) {
-          HVD_RETURN_IF_ERROR(send(
-              call, round,
-              at(a.sendbuf, send_offsets[static_cast<size_t>(to)] + k * kMaxCount, call.element),
-              piece(sent, k), to));
-        }
-        HVD_RETURN_IF_ERROR(complete(call, round));
-      }
-    }
-    return Status::success();
+    return run_hvd(call, [&] { return hvd_->alltoall(a); });
   }
 
   // The child communicator `child` describes, by MPI_Comm_split of this one (color: the job rank
@@ -648,6 +590,7 @@ class MpiBackend {
                         std::to_string(self->size_) + " where hvd asked for rank " +
                         std::to_string(child->rank) + " of " + std::to_string(child->size));
     }
+    self->start_transport();
     HVD_RETURN_IF_ERROR(self->half_ops_.create());
     return self;
   }
@@ -671,8 +614,6 @@ class MpiBackend {
     }
     return Status::success();
   }
-
-  int peer_at(int offset) const { return ((rank_ + offset) % size_ + size_) % size_; }
 
   // The op MPI reduces `a` with: a built-in one, or for 16-bit floats the plugin's own.
   MPI_Op reduce_op(const hvd_collective_args& a) const {
@@ -831,18 +772,6 @@ class MpiBackend {
     return scratch_.data();
   }
 
-  Status recv(const Call& call, Round& round, void* buf, int count, int peer) {
-    return posted(call, round,
-                  MPI_Irecv(buf, count, call.type, peer, call.tag, comm_, round.add(peer, count)),
-                  "MPI_Irecv");
-  }
-
-  Status send(const Call& call, Round& round, const void* buf, int count, int peer) {
-    return posted(call, round,
-                  MPI_Isend(buf, count, call.type, peer, call.tag, comm_, round.add(peer, -1)),
-                  "MPI_Isend");
-  }
-
   // A request just posted: on failure the round's earlier ones are abandoned.
   Status posted(const Call& call, Round& round, int code, const char* what) {
     if (code == MPI_SUCCESS) return Status::success();
@@ -953,165 +882,31 @@ class MpiBackend {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   }
 
-  // Small allreduces: log2(n) rounds, each an exchange of the whole buffer with the rank whose
-  // number differs in one bit. Beyond the largest power of two p, ranks 0..2(n-p)-1 pair up
-  // first: the even one hands its data to the odd one, which takes part for both, and gets the
-  // result at the end (MPICH's and Open MPI's algorithm).
-  Status recursive_doubling(const Call& call, char* data, int count, MPI_Op op) {
-    const size_t bytes = static_cast<size_t>(count) * call.element;
-    char* other = scratch(bytes);
-    int pof2 = 1;
-    while (pof2 * 2 <= size_) pof2 *= 2;
-    const int extra = size_ - pof2;
-    int vrank = rank_ - extra;  // this rank among the pof2 that exchange; -1 if it sits out
-    if (rank_ < 2 * extra) {
-      Round round;
-      if (rank_ % 2 == 0) {
-        HVD_RETURN_IF_ERROR(send(call, round, data, count, rank_ + 1));
-        vrank = -1;
-      } else {
-        HVD_RETURN_IF_ERROR(recv(call, round, other, count, rank_ - 1));
-        vrank = rank_ / 2;
-      }
-      HVD_RETURN_IF_ERROR(complete(call, round));
-      if (vrank >= 0) HVD_RETURN_IF_ERROR(reduce_local(other, data, count, call.type, op));
-    }
-    if (vrank >= 0) {
-      for (int mask = 1; mask < pof2; mask *= 2) {
-        const int vpeer = vrank ^ mask;
-        const int peer = vpeer < extra ? vpeer * 2 + 1 : vpeer + extra;
-        Round round;
-        HVD_RETURN_IF_ERROR(recv(call, round, other, count, peer));
-        HVD_RETURN_IF_ERROR(send(call, round, data, count, peer));
-        HVD_RETURN_IF_ERROR(complete(call, round));
-        if (peer < rank_) {
-          HVD_RETURN_IF_ERROR(reduce_local(other, data, count, call.type, op));
-        } else {
-          HVD_RETURN_IF_ERROR(reduce_local(data, other, count, call.type, op));
-          std::memcpy(data, other, bytes);
-        }
-      }
-    }
-    if (rank_ < 2 * extra) {
-      Round round;
-      if (rank_ % 2 == 0) {
-        HVD_RETURN_IF_ERROR(recv(call, round, data, count, rank_ + 1));
-      } else {
-        HVD_RETURN_IF_ERROR(send(call, round, data, count, rank_ - 1));
-      }
-      HVD_RETURN_IF_ERROR(complete(call, round));
-    }
-    return Status::success();
+  // Makes the transport and hvd's algorithms over it, once comm_, rank_ and size_ are known.
+  void start_transport() {
+    transport_ =
+        std::make_unique<hvd::mpi::Transport>(comm_, rank_, size_, kMaxCount, timeout_, aborted_);
+    hvd_ = std::make_unique<hvd::algorithms::Algorithms<hvd::mpi::Transport>>(
+        *transport_, hvd::algorithms::Tuning{});
   }
 
-  // Large allreduces: the buffer in n blocks; n-1 rounds of reduce-scatter around the ring (each
-  // rank passes a block on to its right and adds the one from its left) leave each rank with one
-  // block reduced over all ranks, and n-1 rounds pass those on. Each block is reduced by one rank
-  // only, so every rank ends with the same bits.
-  Status ring_allreduce(const Call& call, char* data, int count, MPI_Op op) {
-    const int base = count / size_;
-    const int rest = count % size_;
-    auto offset = [&](int block) { return block * base + std::min(block, rest); };
-    auto length = [&](int block) { return base + (block < rest ? 1 : 0); };
-    char* other = scratch(static_cast<size_t>(base + 1) * call.element);
-    const int right = peer_at(1);
-    const int left = peer_at(-1);
-    for (int step = 0; step < size_ - 1; ++step) {
-      const int out = peer_at(-step);
-      const int in = peer_at(-step - 1);
-      Round round;
-      HVD_RETURN_IF_ERROR(recv(call, round, other, length(in), left));
-      HVD_RETURN_IF_ERROR(send(call, round, data + static_cast<size_t>(offset(out)) * call.element,
-                               length(out), right));
-      HVD_RETURN_IF_ERROR(complete(call, round));
-      HVD_RETURN_IF_ERROR(reduce_local(other, data + static_cast<size_t>(offset(in)) * call.element,
-                                       length(in), call.type, op));
+  // One call of hvd's algorithms (`body`) on the transport: begun and ended there, so that a
+  // failure abandons what it posted and the communicator takes no more calls.
+  template <typename Body>
+  Status run_hvd(const Call& call, Body&& body) {
+    transport_->begin(call.name, call.tag, call.deadline);
+    Status status;
+    try {
+      status = body();
+    } catch (const std::exception& e) {
+      status = Status(HVD_ERR_SYSTEM, std::string(call.name) + ": " + e.what());
     }
-    for (int step = 0; step < size_ - 1; ++step) {
-      const int out = peer_at(1 - step);
-      const int in = peer_at(-step);
-      Round round;
-      HVD_RETURN_IF_ERROR(recv(call, round, data + static_cast<size_t>(offset(in)) * call.element,
-                               length(in), left));
-      HVD_RETURN_IF_ERROR(send(call, round, data + static_cast<size_t>(offset(out)) * call.element,
-                               length(out), right));
-      HVD_RETURN_IF_ERROR(complete(call, round));
+    status = transport_->end(std::move(status));
+    if (transport_->abandoned()) {
+      abandoned_ = true;
+      g_request_abandoned.store(true);
     }
-    return Status::success();
-  }
-
-  // A binomial tree rooted at `root`: a rank receives once, from the rank that differs in its
-  // lowest set bit (relative to the root), then sends to the ranks below that bit.
-  Status binomial_broadcast(const Call& call, void* data, int count, int root) {
-    const int vrank = (rank_ - root + size_) % size_;
-    int mask = 1;
-    for (; mask < size_; mask *= 2) {
-      if ((vrank & mask) != 0) {
-        Round round;
-        HVD_RETURN_IF_ERROR(recv(call, round, data, count, (rank_ - mask + size_) % size_));
-        HVD_RETURN_IF_ERROR(complete(call, round));
-        break;
-      }
-    }
-    Round round;
-    for (mask /= 2; mask > 0; mask /= 2) {
-      if (vrank + mask < size_) {
-        HVD_RETURN_IF_ERROR(send(call, round, data, count, (rank_ + mask) % size_));
-      }
-    }
-    return complete(call, round);
-  }
-
-  // n-1 rounds around the ring: each passes on to its right the block it received last (its own
-  // first) and receives the next from its left.
-  Status ring_allgather(const Call& call, const void* mine, char* recv_buf,
-                        const std::vector<int>& counts, const std::vector<int>& displs) {
-    auto at = [&](int r) {
-      return recv_buf + static_cast<size_t>(displs[static_cast<size_t>(r)]) * call.element;
-    };
-    auto count_of = [&](int r) { return counts[static_cast<size_t>(r)]; };
-    if (mine != at(rank_) && count_of(rank_) > 0) {
-      std::memcpy(at(rank_), mine, static_cast<size_t>(count_of(rank_)) * call.element);
-    }
-    for (int step = 0; step < size_ - 1; ++step) {
-      const int out = peer_at(-step);
-      const int in = peer_at(-step - 1);
-      Round round;
-      HVD_RETURN_IF_ERROR(recv(call, round, at(in), count_of(in), peer_at(-1)));
-      HVD_RETURN_IF_ERROR(send(call, round, at(out), count_of(out), peer_at(1)));
-      HVD_RETURN_IF_ERROR(complete(call, round));
-    }
-    return Status::success();
-  }
-
-  // Reduce-scatter around the ring: in step k each rank passes its right neighbour the partial
-  // reduction of block rank-k-1 (its own data at first) and folds its own data into the block
-  // from its left, so after size-1 steps each rank holds its block reduced over every rank, having
-  // sent (size-1)/size of the buffer. The SDK's kernels reduce (every dtype and op, vectorized).
-  Status ring_reduce_scatter(const Call& call, const char* send_buf, char* recv_buf, int count,
-                             hvd_dtype dtype, hvd_reduce_op op) {
-    const size_t bytes = static_cast<size_t>(count) * call.element;
-    char* const in = scratch(2 * bytes);
-    char* const out = in + bytes;  // what the next step sends
-    auto block = [&](int r) { return send_buf + static_cast<size_t>(peer_at(r - rank_)) * bytes; };
-    const int steps = size_ - 1;
-    for (int step = 0; step < steps; ++step) {
-      Round round;
-      HVD_RETURN_IF_ERROR(recv(call, round, in, count, peer_at(-1)));
-      HVD_RETURN_IF_ERROR(send(call, round, step == 0 ? block(rank_ - 1) : out, count, peer_at(1)));
-      HVD_RETURN_IF_ERROR(complete(call, round));
-      // The last step writes the result: every block but this rank's own has been sent or folded
-      // by then, so the result may take the first block of an in-place buffer.
-      const bool last = step == steps - 1;
-      const hvd_status s =
-          hvd_reduce(last ? recv_buf : out, in, block(last ? rank_ : rank_ - step - 2),
-                     static_cast<uint64_t>(count), dtype, op);
-      if (s != HVD_SUCCESS) {
-        return Status(s, std::string(call.name) + ": cannot reduce " + hvd_dtype_name(dtype) +
-                             " with " + hvd_reduce_op_name(op));
-      }
-    }
-    return Status::success();
+    return status;
   }
 
   // Before MPI_Comm_split: every rank's color, key and a hash of its child's member list,
@@ -1127,12 +922,15 @@ class MpiBackend {
     }
     const auto ranks = static_cast<size_t>(size_);
     std::vector<int> all(ranks * kWords);
-    std::vector<int> counts(ranks, kWords), displs(ranks);
-    for (size_t r = 0; r < ranks; ++r) displs[r] = static_cast<int>(r) * kWords;
     const Call call{"split",     kTagSplit,    MPI_INT,
                     sizeof(int), Clock::now(), Deadline::after(timeout_)};
-    HVD_RETURN_IF_ERROR(
-        ring_allgather(call, mine.data(), reinterpret_cast<char*>(all.data()), counts, displs));
+    hvd_collective_args a{};
+    a.struct_size = sizeof a;
+    a.sendbuf = mine.data();
+    a.recvbuf = all.data();
+    a.count = kWords;
+    a.dtype = HVD_INT32;
+    HVD_RETURN_IF_ERROR(run_hvd(call, [&] { return hvd_->allgather(a); }));
     auto word = [&](size_t r, int w) { return all[r * kWords + static_cast<size_t>(w)]; };
     for (size_t r = 0; r < ranks; ++r) {
       const int c = word(r, 0);
@@ -1193,7 +991,9 @@ class MpiBackend {
   hvd::sdk::Runner runner_;           // MPI's blocking collectives (library mode)
   std::atomic<bool> aborted_{false};  // set by abort(), from any thread
   bool abandoned_ = false;            // a call left messages behind: comm_ is done with
-  std::vector<char> scratch_;         // what a reduction receives into; grows, never shrinks
+  std::vector<char> scratch_;         // library mode's copy of an input; grows, never shrinks
+  std::unique_ptr<hvd::mpi::Transport> transport_;  // hvd's algorithms' messages
+  std::unique_ptr<hvd::algorithms::Algorithms<hvd::mpi::Transport>> hvd_;
 };
 
 std::string version() {

@@ -468,19 +468,26 @@ TEST(Mpirun, BroadcastAgainstAllreduceTimesOutOnBothRanks) {
   }
 }
 
-// Rank 1 receives fewer elements than it expects: a mismatch; rank 0, whose peer left the
-// collective, times out (MPI has no way to tell it sooner).
+// Counts that differ (1 Mi and 1 Mi + 1 floats): the rank that receives a message of another
+// length than it expects reports the mismatch (in the ring, rank 0, whose second step takes rank 1's
+// last, short segment); the other, whose peer left the collective, times out (MPI has no way to
+// tell it sooner). Neither succeeds, neither waits past the timeout.
 TEST(Mpirun, CountsThatDifferAreAnErrorOnEveryRank) {
   REQUIRE_MPI();
   Job r = run(mpi_job("--count-for-rank 1=1048577 --linger 3", "hvd"));
   const auto by_rank = reports(r.output);
   ASSERT_EQ(by_rank.size(), 2u) << r.output;
-  EXPECT_EQ(by_rank.at(1).status, "mismatch between ranks") << by_rank.at(1).message;
-  EXPECT_NE(by_rank.at(1).message.find("the ranks called allreduce with different counts"),
-            std::string::npos)
-      << by_rank.at(1).message;
-  EXPECT_NE(by_rank.at(0).status, "success");
-  EXPECT_LT(by_rank.at(0).seconds, kTimeout + kSlack) << by_rank.at(0).message;
+  int mismatches = 0;
+  for (const auto& [rank, report] : by_rank) {
+    EXPECT_NE(report.status, "success") << rank;
+    EXPECT_LT(report.seconds, kTimeout + kSlack) << report.message;
+    if (report.status != "mismatch between ranks") continue;
+    ++mismatches;
+    EXPECT_NE(report.message.find("the ranks called allreduce with different counts"),
+              std::string::npos)
+        << report.message;
+  }
+  EXPECT_GE(mismatches, 1) << r.output;
 }
 
 // abort ends a blocked call at once and every later one, in each way a call waits: MPI's

@@ -65,10 +65,7 @@ class World {
       return world_.post(rank_, false, peer, index, buffer, bytes, true);
     }
     Status exchange(int peer, uint32_t index, const void* send_buf, void* recv_buf, size_t bytes) {
-      HVD_ASSIGN_OR_RETURN(Op * in, recv(peer, index, recv_buf, bytes));
-      HVD_ASSIGN_OR_RETURN(Op * out, send(peer, index, send_buf, bytes));
-      return wait_until([&] { return in->done && out->done; },
-                        [&] { return in->done ? out->peer : in->peer; });
+      return hvd::algorithms::exchange_by_posts(*this, peer, index, send_buf, recv_buf, bytes);
     }
     template <typename Done, typename WaitingFor>
     Status wait_until(Done&& done, WaitingFor&& waiting_for) {
@@ -212,6 +209,18 @@ class World {
 
 using Transport = World::Transport;
 
+hvd_collective_args args(const void* send, void* recv, uint64_t count, hvd_dtype dtype,
+                         hvd_reduce_op op = HVD_SUM) {
+  hvd_collective_args a{};
+  a.struct_size = sizeof a;
+  a.sendbuf = send;
+  a.recvbuf = recv;
+  a.count = count;
+  a.dtype = dtype;
+  a.op = op;
+  return a;
+}
+
 // Rank r's element i: small integers, so that every sum, product, min and max is exact.
 int32_t value(int rank, uint64_t i) { return static_cast<int32_t>((rank * 7 + i * 3) % 11) - 5; }
 
@@ -263,14 +272,8 @@ TEST_P(AlgorithmsTest, AllreduceIsExactForEveryOpInAndOutOfPlace) {
         if (op == HVD_PRODUCT) {
           for (uint64_t i = 0; i < count; ++i) in[i] = (value(rank, i) % 2 == 0) ? 1 : -1;
         }
-        hvd_collective_args a{};
-        a.struct_size = sizeof a;
-        a.sendbuf = in.data();
-        a.recvbuf = in_place ? in.data() : out.data();
-        a.count = count;
-        a.dtype = HVD_INT32;
-        a.op = op;
-        const std::vector<int32_t> mine = in;
+        hvd_collective_args a =
+            args(in.data(), in_place ? in.data() : out.data(), count, HVD_INT32, op);
         ASSERT_TRUE(algorithms.allreduce(a).ok()) << "rank " << rank;
         const int32_t* got = static_cast<const int32_t*>(a.recvbuf);
         for (uint64_t i = 0; i < count; ++i) {
@@ -304,13 +307,8 @@ TEST_P(AlgorithmsTest, ReduceScatterIsExactInAndOutOfPlace) {
       const uint64_t total = count * static_cast<uint64_t>(n);
       std::vector<int32_t> in(total), out(count, 99);
       for (uint64_t i = 0; i < total; ++i) in[i] = value(rank, i);
-      hvd_collective_args a{};
-      a.struct_size = sizeof a;
-      a.sendbuf = in.data();
-      a.recvbuf = in_place ? in.data() : out.data();
-      a.count = count;
-      a.dtype = HVD_INT32;
-      a.op = HVD_SUM;
+      hvd_collective_args a =
+          args(in.data(), in_place ? in.data() : out.data(), count, HVD_INT32, HVD_SUM);
       ASSERT_TRUE(algorithms.reduce_scatter(a).ok());
       const int32_t* got = static_cast<const int32_t*>(a.recvbuf);
       for (uint64_t i = 0; i < count; ++i) {
@@ -364,12 +362,7 @@ TEST_P(AlgorithmsTest, BroadcastFromEveryRootIsExact) {
       if (rank == root) {
         for (uint64_t i = 0; i < count; ++i) data[i] = value(root, i);
       }
-      hvd_collective_args a{};
-      a.struct_size = sizeof a;
-      a.sendbuf = data.data();
-      a.recvbuf = data.data();
-      a.count = count;
-      a.dtype = HVD_INT32;
+      hvd_collective_args a = args(data.data(), data.data(), count, HVD_INT32);
       a.root = root;
       ASSERT_TRUE(algorithms.broadcast(a).ok());
       for (uint64_t i = 0; i < count; ++i) ASSERT_EQ(data[i], value(root, i)) << "root " << root;
@@ -395,11 +388,7 @@ TEST_P(AlgorithmsTest, AlltoallWithUnevenSplitsIsExact) {
       for (uint64_t i = 0; i < split(rank, p); ++i)
         in.push_back(value(rank, 100 * static_cast<uint64_t>(p) + i));
     }
-    hvd_collective_args a{};
-    a.struct_size = sizeof a;
-    a.sendbuf = in.data();
-    a.recvbuf = out.data();
-    a.dtype = HVD_INT32;
+    hvd_collective_args a = args(in.data(), out.data(), 0, HVD_INT32);
     a.send_counts = send_counts.data();
     a.recv_counts = recv_counts.data();
     ASSERT_TRUE(algorithms.alltoall(a).ok());
@@ -440,13 +429,7 @@ TEST(Algorithms, EveryRankGetsTheSameBitsOfAFloatSum) {
         Algorithms<Transport> algorithms(t, small_tuning(count));
         std::vector<float> data(count);
         for (uint64_t i = 0; i < count; ++i) data[i] = 1.0f / static_cast<float>(rank * 13 + i + 1);
-        hvd_collective_args a{};
-        a.struct_size = sizeof a;
-        a.sendbuf = data.data();
-        a.recvbuf = data.data();
-        a.count = count;
-        a.dtype = HVD_FLOAT32;
-        a.op = HVD_SUM;
+        hvd_collective_args a = args(data.data(), data.data(), count, HVD_FLOAT32, HVD_SUM);
         ASSERT_TRUE(algorithms.allreduce(a).ok());
         results[static_cast<size_t>(rank)] = data;
       });
@@ -466,13 +449,7 @@ TEST(Algorithms, TheRingWaitsForRoomInTheTransportsQueue) {
   world.run([&](int rank, Transport& t) {
     Algorithms<Transport> algorithms(t, small_tuning());
     std::vector<int32_t> data(4000, rank + 1);
-    hvd_collective_args a{};
-    a.struct_size = sizeof a;
-    a.sendbuf = data.data();
-    a.recvbuf = data.data();
-    a.count = data.size();
-    a.dtype = HVD_INT32;
-    a.op = HVD_SUM;
+    hvd_collective_args a = args(data.data(), data.data(), data.size(), HVD_INT32, HVD_SUM);
     ASSERT_TRUE(algorithms.allreduce(a).ok());
     for (int32_t v : data) ASSERT_EQ(v, 10);
   });
@@ -488,13 +465,7 @@ TEST(Algorithms, ARankThatNeverComesIsATimeoutNamingARank) {
         if (rank == 2) return;
         Algorithms<Transport> algorithms(t, small_tuning());
         std::vector<int32_t> data(1000, 1);
-        hvd_collective_args a{};
-        a.struct_size = sizeof a;
-        a.sendbuf = data.data();
-        a.recvbuf = data.data();
-        a.count = data.size();
-        a.dtype = HVD_INT32;
-        a.op = HVD_SUM;
+        hvd_collective_args a = args(data.data(), data.data(), data.size(), HVD_INT32, HVD_SUM);
         const Status s = algorithms.allreduce(a);
         EXPECT_EQ(s.code(), HVD_ERR_TIMEOUT);
         EXPECT_NE(s.message().find("waiting on rank "), std::string::npos) << s.message();

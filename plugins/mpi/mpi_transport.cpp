@@ -1,0 +1,128 @@
+#include "mpi_transport.hpp"
+
+#include <algorithm>
+
+namespace hvd::mpi {
+namespace {
+
+std::string error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+}  // namespace
+
+Status Transport::timed_out(const std::string& waiting_on) const {
+  return Status(HVD_ERR_TIMEOUT, std::string(name_) + " did not complete within " +
+                                     std::to_string(timeout_.count()) +
+                                     " ms (HVD_TIMEOUT); waiting on " + waiting_on +
+                                     ": stopped, dead, or in a different collective");
+}
+
+Status Transport::aborted() const {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start_)
+                      .count();
+  return Status(HVD_ERR_STATE, std::string(name_) + " aborted after " + std::to_string(ms) + " ms");
+}
+
+Status Transport::mismatch(int peer, const std::string& what) const {
+  return Status(HVD_ERR_MISMATCH, std::string(name_) + ": rank " + std::to_string(rank_) +
+                                      " received from rank " + std::to_string(peer) + " " + what +
+                                      ": the ranks called " + name_ + " with different counts");
+}
+
+Result<Transport::Op*> Transport::post(bool is_send, int peer, void* buffer, size_t bytes) {
+  ops_.emplace_back();
+  Op* op = &ops_.back();
+  op->is_send = is_send;
+  op->peer = peer;
+  op->bytes = bytes;
+  // A message of 0 bytes is still one message: its receive proves the peer is in this call.
+  size_t offset = 0;
+  do {
+    const int n = static_cast<int>(std::min<uint64_t>(max_bytes_, bytes - offset));
+    char* at = static_cast<char*>(buffer) + offset;
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int code = is_send ? MPI_Isend(at, n, MPI_BYTE, peer, tag_, comm_, &request)
+                             : MPI_Irecv(at, n, MPI_BYTE, peer, tag_, comm_, &request);
+    if (code != MPI_SUCCESS) {
+      return Status(HVD_ERR_SYSTEM, std::string(name_) + ": " +
+                                        (is_send ? "MPI_Isend" : "MPI_Irecv") + ": " +
+                                        error_text(code));
+    }
+    requests_.push_back(request);
+    pieces_.push_back(Piece{op, n});
+    ++op->pending;
+    offset += static_cast<size_t>(n);
+  } while (offset < bytes);
+  return op;
+}
+
+Status Transport::progress() {
+  if (requests_.empty()) return Status::success();
+  indices_.resize(requests_.size());
+  statuses_.resize(requests_.size());
+  int completed = 0;
+  const int code = MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &completed,
+                                indices_.data(), statuses_.data());
+  if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
+    return Status(HVD_ERR_SYSTEM, std::string(name_) + ": MPI_Testsome: " + error_text(code));
+  }
+  if (completed == MPI_UNDEFINED || completed == 0) return Status::success();
+  Status failure;
+  for (int k = 0; k < completed; ++k) {
+    const Piece& piece = pieces_[static_cast<size_t>(indices_[static_cast<size_t>(k)])];
+    const MPI_Status& status = statuses_[static_cast<size_t>(k)];
+    Op* op = piece.op;
+    if (code == MPI_ERR_IN_STATUS && status.MPI_ERROR != MPI_SUCCESS) {
+      int error_class = status.MPI_ERROR;
+      MPI_Error_class(status.MPI_ERROR, &error_class);
+      if (failure.ok()) {
+        failure = error_class == MPI_ERR_TRUNCATE
+                      ? mismatch(op->peer, "more than the " + std::to_string(piece.expected) +
+                                               " bytes it expected")
+                      : Status(HVD_ERR_REMOTE, std::string(name_) + ": a message " +
+                                                   (op->is_send ? "to" : "from") + " rank " +
+                                                   std::to_string(op->peer) +
+                                                   " failed: " + error_text(status.MPI_ERROR));
+      }
+    } else if (!op->is_send) {
+      int received = 0;
+      MPI_Get_count(&status, MPI_BYTE, &received);
+      if (received != piece.expected && failure.ok()) {
+        failure = mismatch(op->peer, std::to_string(received) + " bytes where it expected " +
+                                         std::to_string(piece.expected));
+      }
+    }
+    if (--op->pending == 0) op->done = true;
+  }
+  // Completed requests are MPI_REQUEST_NULL now: keep the rest, in order.
+  size_t kept = 0;
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    if (requests_[i] == MPI_REQUEST_NULL) continue;
+    requests_[kept] = requests_[i];
+    pieces_[kept] = pieces_[i];
+    ++kept;
+  }
+  requests_.resize(kept);
+  pieces_.resize(kept);
+  return failure;
+}
+
+void Transport::abandon() {
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    MPI_Request& request = requests_[i];
+    if (request == MPI_REQUEST_NULL) continue;
+    if (!pieces_[i].op->is_send) MPI_Cancel(&request);
+    MPI_Request_free(&request);
+  }
+  requests_.clear();
+  pieces_.clear();
+  abandoned_ = true;
+}
+
+}  // namespace hvd::mpi

@@ -1,0 +1,152 @@
+// mpi_transport.hpp — the point-to-point transport hvd's algorithms (plugins/common/algorithms.hpp)
+// run on in HVD_MPI_ALGORITHMS=hvd: MPI_Isend and MPI_Irecv on the plugin's communicator, tested
+// (MPI_Testsome) against the call's deadline and the abort flag.
+//
+// A call's messages all carry its collective's tag: MPI matches the messages of one pair and tag
+// in the order they were posted, which the algorithms keep on both sides, so `index` is not sent.
+// Ranks in different collectives then time out rather than take each other's messages, and a
+// message of another length than its receive is HVD_ERR_MISMATCH. A message above MPI's int count
+// goes as several of at most kMaxBytes, in order.
+//
+// A call that fails (timeout, abort, mismatch) abandons what it posted: receives that have not
+// begun are cancelled; sends and receives under way cannot be, and stay with MPI. The transport is
+// then done with: `abandoned()` holds, and every later call on the communicator is refused.
+#ifndef HVD_MPI_TRANSPORT_HPP
+#define HVD_MPI_TRANSPORT_HPP
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "algorithms.hpp"
+#include "hvd/sdk/deadline.hpp"
+#include "hvd/sdk/result.hpp"
+
+namespace hvd::mpi {
+
+class Transport {
+ public:
+  struct Op {
+    bool done = false;
+    bool is_send = false;
+    int peer = -1;
+    size_t bytes = 0;
+    int pending = 0;  // its requests not yet complete
+  };
+
+  // `max_bytes`: the largest count one MPI call takes; `timeout`: HVD_TIMEOUT, for messages.
+  Transport(MPI_Comm comm, int rank, int size, uint64_t max_bytes,
+            std::chrono::milliseconds timeout, const std::atomic<bool>& aborted)
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        max_bytes_(max_bytes),
+        timeout_(timeout),
+        aborted_(aborted) {}
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // A call named `name` ("allreduce") whose messages carry `tag`, ending by `deadline`.
+  void begin(const char* name, int tag, const sdk::Deadline& deadline) {
+    ops_.clear();
+    requests_.clear();
+    pieces_.clear();
+    name_ = name;
+    tag_ = tag;
+    deadline_ = deadline;
+    start_ = std::chrono::steady_clock::now();
+  }
+  // The call's end: on failure, what it posted is abandoned.
+  Status end(Status status) {
+    if (!status.ok() || !requests_.empty()) abandon();
+    return status;
+  }
+  bool abandoned() const { return abandoned_; }
+
+  Result<Op*> try_send(int peer, uint32_t, const void* buffer, size_t bytes) {
+    return post(true, peer, const_cast<void*>(buffer), bytes);
+  }
+  Result<Op*> try_recv(int peer, uint32_t, void* buffer, size_t bytes) {
+    return post(false, peer, buffer, bytes);
+  }
+  Result<Op*> send(int peer, uint32_t index, const void* buffer, size_t bytes) {
+    return try_send(peer, index, buffer, bytes);
+  }
+  Result<Op*> recv(int peer, uint32_t index, void* buffer, size_t bytes) {
+    return try_recv(peer, index, buffer, bytes);
+  }
+  Status exchange(int peer, uint32_t index, const void* send_buf, void* recv_buf, size_t bytes) {
+    return algorithms::exchange_by_posts(*this, peer, index, send_buf, recv_buf, bytes);
+  }
+
+  template <typename Done, typename WaitingFor>
+  Status wait_until(Done&& done, WaitingFor&& waiting_for) {
+    Status failure;
+    const sdk::WaitEnd end = sdk::wait_until(
+        [&] {
+          if (done()) return true;
+          failure = progress();
+          return !failure.ok() || done();
+        },
+        deadline_, aborted_);
+    if (end == sdk::WaitEnd::kReady) return failure;
+    if (end == sdk::WaitEnd::kAborted) return aborted();
+    const int peer = waiting_for();
+    return timed_out(peer < 0 ? "the other ranks" : "rank " + std::to_string(peer));
+  }
+  Status wait(const Op* op) {
+    return wait_until([op] { return op->done; }, [op] { return op->peer; });
+  }
+  Status wait_all() {
+    return wait_until([this] { return requests_.empty(); },
+                      [this] { return requests_.empty() ? -1 : pieces_.front().op->peer; });
+  }
+
+  // The errors of a call, in the words the plugin's other paths use too.
+  Status timed_out(const std::string& waiting_on) const;
+  Status aborted() const;
+
+ private:
+  // One MPI request: a whole message, or a piece of one.
+  struct Piece {
+    Op* op;
+    int expected;  // bytes a receive must bring
+  };
+
+  Result<Op*> post(bool is_send, int peer, void* buffer, size_t bytes);
+  // Tests the requests in flight once; an error for a failed or mismatched message.
+  Status progress();
+  // Cancels the receives not begun and lets go of every request in flight.
+  void abandon();
+  Status mismatch(int peer, const std::string& what) const;
+
+  MPI_Comm comm_;
+  int rank_, size_;
+  uint64_t max_bytes_;
+  std::chrono::milliseconds timeout_;
+  const std::atomic<bool>& aborted_;
+
+  const char* name_ = "";
+  int tag_ = 0;
+  sdk::Deadline deadline_ = sdk::Deadline::none();
+  std::chrono::steady_clock::time_point start_;
+  std::deque<Op> ops_;                 // stable addresses until the next call
+  std::vector<MPI_Request> requests_;  // in flight, compacted as they complete
+  std::vector<Piece> pieces_;          // pieces_[i] is what requests_[i] moves
+  std::vector<int> indices_;           // MPI_Testsome's
+  std::vector<MPI_Status> statuses_;   // MPI_Testsome's
+  bool abandoned_ = false;
+};
+
+}  // namespace hvd::mpi
+
+#endif  // HVD_MPI_TRANSPORT_HPP
