@@ -16,14 +16,16 @@
 #include <vector>
 
 #include "hvd/sdk/runner.hpp"
+#include "hvd/types.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum Collective { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kAlltoall, kCount };
-const char* const kNames[kCount] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
-                                    "alltoall"};
+// The collectives timed, in the order printed.
+constexpr hvd_collective kCollectives[] = {HVD_COLLECTIVE_ALLREDUCE, HVD_COLLECTIVE_BROADCAST,
+                                           HVD_COLLECTIVE_ALLGATHER, HVD_COLLECTIVE_REDUCE_SCATTER,
+                                           HVD_COLLECTIVE_ALLTOALL};
 
 struct Buffers {
   std::vector<float> in, out;
@@ -31,15 +33,15 @@ struct Buffers {
   int n = 0;  // elements per rank
 };
 
-int blocking(Collective c, Buffers& b, MPI_Comm comm) {
+int blocking(hvd_collective c, Buffers& b, MPI_Comm comm) {
   switch (c) {
-    case kAllreduce:
+    case HVD_COLLECTIVE_ALLREDUCE:
       return MPI_Allreduce(b.in.data(), b.out.data(), b.n, MPI_FLOAT, MPI_SUM, comm);
-    case kBroadcast:
+    case HVD_COLLECTIVE_BROADCAST:
       return MPI_Bcast(b.in.data(), b.n, MPI_FLOAT, 0, comm);
-    case kAllgather:
+    case HVD_COLLECTIVE_ALLGATHER:
       return MPI_Allgather(b.in.data(), b.n, MPI_FLOAT, b.out.data(), b.n, MPI_FLOAT, comm);
-    case kReduceScatter:
+    case HVD_COLLECTIVE_REDUCE_SCATTER:
       return MPI_Reduce_scatter_block(b.in.data(), b.out.data(), b.n, MPI_FLOAT, MPI_SUM, comm);
     default:
       return MPI_Alltoallv(b.in.data(), b.counts.data(), b.displs.data(), MPI_FLOAT, b.out.data(),
@@ -47,20 +49,20 @@ int blocking(Collective c, Buffers& b, MPI_Comm comm) {
   }
 }
 
-int nonblocking(Collective c, Buffers& b, MPI_Comm comm) {
+int nonblocking(hvd_collective c, Buffers& b, MPI_Comm comm) {
   MPI_Request r = MPI_REQUEST_NULL;
   int rc = MPI_SUCCESS;
   switch (c) {
-    case kAllreduce:
+    case HVD_COLLECTIVE_ALLREDUCE:
       rc = MPI_Iallreduce(b.in.data(), b.out.data(), b.n, MPI_FLOAT, MPI_SUM, comm, &r);
       break;
-    case kBroadcast:
+    case HVD_COLLECTIVE_BROADCAST:
       rc = MPI_Ibcast(b.in.data(), b.n, MPI_FLOAT, 0, comm, &r);
       break;
-    case kAllgather:
+    case HVD_COLLECTIVE_ALLGATHER:
       rc = MPI_Iallgather(b.in.data(), b.n, MPI_FLOAT, b.out.data(), b.n, MPI_FLOAT, comm, &r);
       break;
-    case kReduceScatter:
+    case HVD_COLLECTIVE_REDUCE_SCATTER:
       rc = MPI_Ireduce_scatter_block(b.in.data(), b.out.data(), b.n, MPI_FLOAT, MPI_SUM, comm, &r);
       break;
     default:
@@ -93,7 +95,7 @@ int main(int argc, char** argv) {
     std::printf("%-15s %10s %12s %22s %22s\n", "collective", "bytes", "blocking", "nonblocking",
                 "blocking on a thread");
   }
-  for (int c = 0; c < kCount; ++c) {
+  for (const hvd_collective collective : kCollectives) {
     for (size_t bytes : bytes_per_rank) {
       Buffers b;
       b.n = static_cast<int>(bytes / sizeof(float));
@@ -110,7 +112,6 @@ int main(int argc, char** argv) {
           MPI_Barrier(comm);
           const auto start = Clock::now();
           for (int i = 0; i < iterations; ++i) {
-            const auto collective = static_cast<Collective>(c);
             if (way == 0) {
               blocking(collective, b, comm);
             } else if (way == 1) {
@@ -134,8 +135,9 @@ int main(int argc, char** argv) {
         median[way] = us[way][2];
       }
       if (rank == 0) {
-        std::printf("%-15s %10zu %12.1f %12.1f (%5.2fx) %12.1f (%5.2fx)\n", kNames[c], bytes,
-                    median[0], median[1], median[1] / median[0], median[2], median[2] / median[0]);
+        std::printf("%-15s %10zu %12.1f %12.1f (%5.2fx) %12.1f (%5.2fx)\n",
+                    hvd_collective_name(collective), bytes, median[0], median[1],
+                    median[1] / median[0], median[2], median[2] / median[0]);
       }
     }
   }
