@@ -255,44 +255,6 @@ struct Call {
   Deadline deadline;
 };
 
-// The messages of one round of a collective, posted together and waited for together.
-class Round {
- public:
-  // A binomial tree's root sends to at most log2(INT_MAX) + 1 children.
-  static constexpr int kMax = 34;
-
-  // `expected` of a send, and of a collective of MPI's (or MPI_Comm_idup), whose peer is
-  // kEveryPeer: MPI forbids cancelling or freeing such a request while it is active.
-  static constexpr int kSend = -1;
-  static constexpr int kCollective = -2;
-  static constexpr int kEveryPeer = -1;
-
-  int size() const { return size_; }
-  // A slot for a request; `expected` is the element count a receive must bring, or the above.
-  MPI_Request* add(int peer, int expected) {
-    peers_[size_] = peer;
-    expected_[size_] = expected;
-    requests_[size_] = MPI_REQUEST_NULL;
-    return &requests_[size_++];
-  }
-
-  MPI_Request* requests() { return requests_.data(); }
-  MPI_Status* statuses() { return statuses_.data(); }
-  int* indices() { return indices_.data(); }
-  int peer(int i) const { return peers_[static_cast<size_t>(i)]; }
-  int expected(int i) const { return expected_[static_cast<size_t>(i)]; }
-  bool is_receive(int i) const { return expected_[static_cast<size_t>(i)] >= 0; }
-  bool is_collective(int i) const { return expected_[static_cast<size_t>(i)] == kCollective; }
-
- private:
-  int size_ = 0;
-  std::array<MPI_Request, kMax> requests_;
-  std::array<MPI_Status, kMax> statuses_;
-  std::array<int, kMax> indices_;
-  std::array<int, kMax> peers_;
-  std::array<int, kMax> expected_;
-};
-
 class MpiBackend {
  public:
   static hvd::Result<std::unique_ptr<MpiBackend>> create(const hvd::sdk::InitContext& ctx) {
@@ -325,13 +287,9 @@ class MpiBackend {
     {
       // MPI_Comm_dup is collective: a rank that never comes would hold this one forever.
       const Call call{"MPI_Comm_idup", 0, MPI_BYTE, 1, Clock::now(), Deadline::after(ctx.timeout)};
-      Round round;
-      HVD_RETURN_IF_ERROR(
-          self->posted(call, round,
-                       MPI_Comm_idup(MPI_COMM_WORLD, &self->comm_,
-                                     round.add(Round::kEveryPeer, Round::kCollective)),
-                       "MPI_Comm_idup"));
-      HVD_RETURN_IF_ERROR(self->complete(call, round));
+      HVD_RETURN_IF_ERROR(self->nonblocking_call(call, [&](MPI_Request* request) {
+        return MPI_Comm_idup(MPI_COMM_WORLD, &self->comm_, request);
+      }));
     }
     MPI_Comm_set_errhandler(self->comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(self->comm_, &self->rank_);
@@ -660,12 +618,31 @@ class MpiBackend {
 
   // One of MPI's nonblocking collectives, started by `start` and tested to completion within the
   // call's deadline and the abort flag.
+  // A request left behind is MPI's to finish: MPI forbids cancelling or freeing an active
+  // collective's request, and nothing may be sent on this communicator again.
   template <typename Start>
   Status nonblocking_call(const Call& call, Start start) {
-    Round round;
-    MPI_Request* request = round.add(Round::kEveryPeer, Round::kCollective);
-    HVD_RETURN_IF_ERROR(posted(call, round, start(request), call.name));
-    return complete(call, round);
+    MPI_Request request = MPI_REQUEST_NULL;
+    HVD_RETURN_IF_ERROR(check(start(&request), call.name));
+    Status failure;
+    const hvd::sdk::WaitEnd end = hvd::sdk::wait_until(
+        [&] {
+          int done = 0;
+          MPI_Status status;
+          const int code = MPI_Test(&request, &done, &status);
+          if (code != MPI_SUCCESS) {
+            failure = collective_failed(call.name, code);
+            return true;
+          }
+          return done != 0;
+        },
+        call.deadline, aborted_);
+    if (end == hvd::sdk::WaitEnd::kReady && failure.ok()) return Status::success();
+    abandoned_ = true;
+    g_request_abandoned.store(true);
+    if (end == hvd::sdk::WaitEnd::kReady) return failure;
+    if (end == hvd::sdk::WaitEnd::kAborted) return aborted(call);
+    return timed_out(call, "the other ranks");
   }
 
   // One of MPI's blocking collectives, on the plugin's thread, waited for within the call's
@@ -770,112 +747,6 @@ class MpiBackend {
   char* scratch(size_t bytes) {
     if (scratch_.size() < bytes) scratch_.resize(bytes);
     return scratch_.data();
-  }
-
-  // A request just posted: on failure the round's earlier ones are abandoned.
-  Status posted(const Call& call, Round& round, int code, const char* what) {
-    if (code == MPI_SUCCESS) return Status::success();
-    abandon(round);
-    return check(code, what).with_context(call.name);
-  }
-
-  // Tests the round's requests until all are done, the call's deadline passes or abort() is
-  // called, checking that every receive brought the count it expected.
-  Status complete(const Call& call, Round& round) {
-    int pending = round.size();
-    Status failure;
-    // Tests what is pending: true once all is done, or something failed (`failure`).
-    auto progressed = [&] {
-      int done = 0;
-      const int code =
-          MPI_Testsome(round.size(), round.requests(), &done, round.indices(), round.statuses());
-      if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
-        failure = check(code, "MPI_Testsome").with_context(call.name);
-        return true;
-      }
-      if (done == MPI_UNDEFINED) {  // every request is inactive
-        pending = 0;
-        return true;
-      }
-      for (int k = 0; k < done; ++k) {
-        const int i = round.indices()[k];
-        MPI_Status& status = round.statuses()[k];
-        if (code == MPI_ERR_IN_STATUS && status.MPI_ERROR != MPI_SUCCESS) {
-          failure = failed_message(call, round, i, status.MPI_ERROR);
-          return true;
-        }
-        if (round.is_receive(i)) {
-          int received = 0;
-          MPI_Get_count(&status, call.type, &received);
-          if (received != round.expected(i)) {
-            failure = mismatch(call, round.peer(i),
-                               std::to_string(received) + " elements where it expected " +
-                                   std::to_string(round.expected(i)));
-            return true;
-          }
-        }
-      }
-      pending -= done;
-      return pending == 0;
-    };
-    const hvd::sdk::WaitEnd end = hvd::sdk::wait_until(progressed, call.deadline, aborted_);
-    if (end == hvd::sdk::WaitEnd::kReady && failure.ok()) return Status::success();
-    if (end == hvd::sdk::WaitEnd::kReady) {
-      abandon(round);
-      return failure;
-    }
-    if (end == hvd::sdk::WaitEnd::kAborted) {
-      abandon(round);
-      return aborted(call);
-    }
-    std::vector<int> waiting;  // the peers whose messages did not come, or were not taken
-    for (int i = 0; i < round.size(); ++i) {
-      if (round.requests()[i] != MPI_REQUEST_NULL &&
-          std::find(waiting.begin(), waiting.end(), round.peer(i)) == waiting.end()) {
-        waiting.push_back(round.peer(i));
-      }
-    }
-    std::string names;
-    for (int peer : waiting) {
-      names += names.empty() ? "" : ", ";
-      names += peer < 0 ? std::string("the other ranks") : "rank " + std::to_string(peer);
-    }
-    abandon(round);
-    return timed_out(call, names);
-  }
-
-  Status failed_message(const Call& call, const Round& round, int i, int error) {
-    if (round.is_collective(i)) return collective_failed(call.name, error);
-    if (error == MPI_ERR_TRUNCATE) {
-      return mismatch(
-          call, round.peer(i),
-          "more than the " + std::to_string(round.expected(i)) + " elements it expected");
-    }
-    return Status(HVD_ERR_REMOTE, std::string(call.name) + ": a message " +
-                                      (round.is_receive(i) ? "from" : "to") + " rank " +
-                                      std::to_string(round.peer(i)) +
-                                      " failed: " + mpi_error_text(error));
-  }
-
-  Status mismatch(const Call& call, int peer, const std::string& what) const {
-    return Status(HVD_ERR_MISMATCH, std::string(call.name) + ": rank " + std::to_string(rank_) +
-                                        " received from rank " + std::to_string(peer) + " " + what +
-                                        ": the ranks called " + call.name +
-                                        " with different counts");
-  }
-
-  // Ends a round early. Receives that have not begun are cancelled (MPI_Cancel is local); sends,
-  // receives under way and collectives cannot be, and are left to MPI to finish or not. Either way
-  // nothing may be sent on this communicator again: its peers are somewhere else in the collective.
-  void abandon(Round& round) {
-    for (int i = 0; i < round.size(); ++i) {
-      MPI_Request& request = round.requests()[i];
-      if (request == MPI_REQUEST_NULL || round.is_collective(i)) continue;  // left to MPI
-      if (round.is_receive(i)) MPI_Cancel(&request);
-      MPI_Request_free(&request);
-    }
-    abandoned_ = true;
-    g_request_abandoned.store(true);
   }
 
   static long long elapsed_ms(Clock::time_point start) {
