@@ -792,7 +792,8 @@ class MpiBackend {
       mine[3] = hash_members(child->members);
     }
     const auto ranks = static_cast<size_t>(size_);
-    std::vector<int> all(ranks * kWords);
+    // Every rank's words; kept for good if the gather fails, as a receive may still write it.
+    std::vector<char> all(ranks * kWords * sizeof(int));
     const Call call{"split",     kTagSplit,    MPI_INT,
                     sizeof(int), Clock::now(), Deadline::after(timeout_)};
     hvd_collective_args a{};
@@ -801,8 +802,16 @@ class MpiBackend {
     a.recvbuf = all.data();
     a.count = kWords;
     a.dtype = HVD_INT32;
-    HVD_RETURN_IF_ERROR(run_hvd(call, [&] { return hvd_->allgather(a); }));
-    auto word = [&](size_t r, int w) { return all[r * kWords + static_cast<size_t>(w)]; };
+    if (Status gathered = run_hvd(call, [&] { return hvd_->allgather(a); }); !gathered.ok()) {
+      keep_forever(std::move(all));
+      return gathered;
+    }
+    auto word = [&](size_t r, int w) {
+      int value = 0;
+      std::memcpy(&value, all.data() + (r * kWords + static_cast<size_t>(w)) * sizeof(int),
+                  sizeof(int));
+      return value;
+    };
     for (size_t r = 0; r < ranks; ++r) {
       const int c = word(r, 0);
       if (c == MPI_UNDEFINED) continue;

@@ -46,11 +46,13 @@ Result<Transport::Op*> Transport::post(bool is_send, int peer, void* buffer, siz
   do {
     const int n = static_cast<int>(std::min<uint64_t>(max_bytes_, bytes - offset));
     char* at = static_cast<char*>(buffer) + offset;
+    const bool last = offset + static_cast<size_t>(n) >= bytes;
+    const int tag = last ? tag_ + kLastPieceTag : tag_;
     MPI_Request request = MPI_REQUEST_NULL;
-    const int code = is_send ? MPI_Isend(at, n, MPI_BYTE, peer, tag_, comm_, &request)
-                             : MPI_Irecv(at, n, MPI_BYTE, peer, tag_, comm_, &request);
+    const int code = is_send ? MPI_Isend(at, n, MPI_BYTE, peer, tag, comm_, &request)
+                             : MPI_Irecv(at, n, MPI_BYTE, peer, tag, comm_, &request);
     if (code != MPI_SUCCESS) {
-      return Status(HVD_ERR_SYSTEM, std::string(name_) + ": " +
+      return Status(HVD_ERR_REMOTE, std::string(name_) + ": " +
                                         (is_send ? "MPI_Isend" : "MPI_Irecv") + ": " +
                                         error_text(code));
     }
@@ -70,7 +72,7 @@ Status Transport::progress() {
   const int code = MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &completed,
                                 indices_.data(), statuses_.data());
   if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
-    return Status(HVD_ERR_SYSTEM, std::string(name_) + ": MPI_Testsome: " + error_text(code));
+    return Status(HVD_ERR_REMOTE, std::string(name_) + ": MPI_Testsome: " + error_text(code));
   }
   if (completed == MPI_UNDEFINED || completed == 0) return Status::success();
   Status failure;

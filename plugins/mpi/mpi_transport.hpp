@@ -6,7 +6,9 @@
 // in the order they were posted, which the algorithms keep on both sides, so `index` is not sent.
 // Ranks in different collectives then time out rather than take each other's messages, and a
 // message of another length than its receive is HVD_ERR_MISMATCH. A message above MPI's int count
-// goes as several of at most kMaxBytes, in order.
+// goes as several pieces of at most `max_bytes`, in order, its last piece on a tag of its own
+// (tag + kLastPieceTag), so that a sender with more pieces than its receiver meets the receiver's
+// last piece with one of another length, a mismatch, rather than leaving pieces for a later call.
 //
 // A call that fails (timeout, abort, mismatch) abandons what it posted: receives that have not
 // begun are cancelled; sends and receives under way cannot be, and stay with MPI. The transport is
@@ -32,6 +34,8 @@ namespace hvd::mpi {
 
 class Transport {
  public:
+  static constexpr int kLastPieceTag = 64;  // above every collective's tag; MPI_TAG_UB >= 32767
+
   struct Op {
     bool done = false;
     bool is_send = false;
@@ -65,9 +69,15 @@ class Transport {
     deadline_ = deadline;
     start_ = std::chrono::steady_clock::now();
   }
-  // The call's end: on failure, what it posted is abandoned.
+  // The call's end. A failure abandons what the call posted (its peers are somewhere else in it),
+  // and the communicator takes no more calls; so does a call that returned with messages in flight,
+  // which the algorithms never do.
   Status end(Status status) {
-    if (!status.ok() || !requests_.empty()) abandon();
+    if (status.ok() && !requests_.empty()) {
+      status = Status(HVD_ERR_INTERNAL,
+                      std::string(name_) + ": the algorithm returned with messages in flight");
+    }
+    if (!status.ok()) abandon();
     return status;
   }
   bool abandoned() const { return abandoned_; }

@@ -240,171 +240,191 @@ Tuning small_tuning(uint64_t count = 0) {
   return t;
 }
 
+// A rank count and the counts each test runs at it, in one process.
 struct Case {
   int ranks;
-  uint64_t count;
+  std::vector<uint64_t> counts;
 };
 
 std::vector<Case> cases() {
   std::vector<Case> all;
+  // 1000 elements take hundreds of the small tuning's segments, enough for the ring's guards on
+  // buffer reuse to matter; at more ranks than cores they only take time.
   for (int n = 1; n <= 8; ++n) {
-    for (uint64_t count : {0, 1, 7, 15, 16, 97, 1000}) all.push_back({n, count});
+    all.push_back({n, n <= 3 ? std::vector<uint64_t>{0, 1, 7, 15, 16, 97, 1000}
+                             : std::vector<uint64_t>{0, 1, 7, 15, 16, 97}});
   }
-  all.push_back({3, (uint64_t{1} << 20) + 3});
-  all.push_back({4, (uint64_t{1} << 20) + 3});
+  all.push_back({3, {(uint64_t{1} << 20) + 3}});
   return all;
 }
 
 class AlgorithmsTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AlgorithmsTest, AllreduceIsExactForEveryOpInAndOutOfPlace) {
-  const auto [n, count] = GetParam();
-  World world(n, 5);
-  for (hvd_reduce_op op : {HVD_SUM, HVD_MIN, HVD_MAX, HVD_PRODUCT, HVD_AVERAGE}) {
+  const int n = GetParam().ranks;
+  for (const uint64_t count : GetParam().counts) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    World world(n, 5);
+    for (hvd_reduce_op op : {HVD_SUM, HVD_MIN, HVD_MAX, HVD_PRODUCT, HVD_AVERAGE}) {
+      for (bool in_place : {false, true}) {
+        world.run([&, op = op, in_place = in_place](int rank, Transport& t) {
+          Algorithms<Transport> algorithms(t, small_tuning(count));
+          std::vector<int32_t> in(count), out(count, 99);
+          for (uint64_t i = 0; i < count; ++i) in[i] = value(rank, i);
+          if (op == HVD_AVERAGE) {
+            for (uint64_t i = 0; i < count; ++i) in[i] = value(rank, i) * n;  // divides exactly
+          }
+          if (op == HVD_PRODUCT) {
+            for (uint64_t i = 0; i < count; ++i) in[i] = (value(rank, i) % 2 == 0) ? 1 : -1;
+          }
+          hvd_collective_args a =
+              args(in.data(), in_place ? in.data() : out.data(), count, HVD_INT32, op);
+          ASSERT_TRUE(algorithms.allreduce(a).ok()) << "rank " << rank;
+          const int32_t* got = static_cast<const int32_t*>(a.recvbuf);
+          for (uint64_t i = 0; i < count; ++i) {
+            int64_t want = op == HVD_PRODUCT ? 1
+                           : op == HVD_MIN   ? INT32_MAX
+                           : op == HVD_MAX   ? INT32_MIN
+                                             : 0;
+            for (int r = 0; r < n; ++r) {
+              int32_t v = value(r, i);
+              if (op == HVD_AVERAGE) v *= n;
+              if (op == HVD_PRODUCT) v = (value(r, i) % 2 == 0) ? 1 : -1;
+              if (op == HVD_SUM || op == HVD_AVERAGE) want += v;
+              if (op == HVD_PRODUCT) want *= v;
+              if (op == HVD_MIN) want = std::min<int64_t>(want, v);
+              if (op == HVD_MAX) want = std::max<int64_t>(want, v);
+            }
+            if (op == HVD_AVERAGE) want /= n;
+            ASSERT_EQ(got[i], want)
+                << hvd_reduce_op_name(op) << " element " << i << " rank " << rank;
+          }
+        });
+      }
+    }
+  }
+}
+
+TEST_P(AlgorithmsTest, ReduceScatterIsExactInAndOutOfPlace) {
+  const int n = GetParam().ranks;
+  for (const uint64_t count : GetParam().counts) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    World world(n, 5);
     for (bool in_place : {false, true}) {
-      world.run([&, op = op, in_place = in_place](int rank, Transport& t) {
+      world.run([&, in_place = in_place](int rank, Transport& t) {
         Algorithms<Transport> algorithms(t, small_tuning(count));
-        std::vector<int32_t> in(count), out(count, 99);
-        for (uint64_t i = 0; i < count; ++i) in[i] = value(rank, i);
-        if (op == HVD_AVERAGE) {
-          for (uint64_t i = 0; i < count; ++i) in[i] = value(rank, i) * n;  // divides exactly
-        }
-        if (op == HVD_PRODUCT) {
-          for (uint64_t i = 0; i < count; ++i) in[i] = (value(rank, i) % 2 == 0) ? 1 : -1;
-        }
+        const uint64_t total = count * static_cast<uint64_t>(n);
+        std::vector<int32_t> in(total), out(count, 99);
+        for (uint64_t i = 0; i < total; ++i) in[i] = value(rank, i);
         hvd_collective_args a =
-            args(in.data(), in_place ? in.data() : out.data(), count, HVD_INT32, op);
-        ASSERT_TRUE(algorithms.allreduce(a).ok()) << "rank " << rank;
+            args(in.data(), in_place ? in.data() : out.data(), count, HVD_INT32, HVD_SUM);
+        ASSERT_TRUE(algorithms.reduce_scatter(a).ok());
         const int32_t* got = static_cast<const int32_t*>(a.recvbuf);
         for (uint64_t i = 0; i < count; ++i) {
-          int64_t want = op == HVD_PRODUCT ? 1
-                         : op == HVD_MIN   ? INT32_MAX
-                         : op == HVD_MAX   ? INT32_MIN
-                                           : 0;
-          for (int r = 0; r < n; ++r) {
-            int32_t v = value(r, i);
-            if (op == HVD_AVERAGE) v *= n;
-            if (op == HVD_PRODUCT) v = (value(r, i) % 2 == 0) ? 1 : -1;
-            if (op == HVD_SUM || op == HVD_AVERAGE) want += v;
-            if (op == HVD_PRODUCT) want *= v;
-            if (op == HVD_MIN) want = std::min<int64_t>(want, v);
-            if (op == HVD_MAX) want = std::max<int64_t>(want, v);
-          }
-          if (op == HVD_AVERAGE) want /= n;
-          ASSERT_EQ(got[i], want) << hvd_reduce_op_name(op) << " element " << i << " rank " << rank;
+          int32_t want = 0;
+          for (int r = 0; r < n; ++r) want += value(r, static_cast<uint64_t>(rank) * count + i);
+          ASSERT_EQ(got[i], want) << "element " << i << " rank " << rank;
         }
       });
     }
   }
 }
 
-TEST_P(AlgorithmsTest, ReduceScatterIsExactInAndOutOfPlace) {
-  const auto [n, count] = GetParam();
-  World world(n, 5);
-  for (bool in_place : {false, true}) {
-    world.run([&, in_place = in_place](int rank, Transport& t) {
-      Algorithms<Transport> algorithms(t, small_tuning(count));
-      const uint64_t total = count * static_cast<uint64_t>(n);
-      std::vector<int32_t> in(total), out(count, 99);
-      for (uint64_t i = 0; i < total; ++i) in[i] = value(rank, i);
-      hvd_collective_args a =
-          args(in.data(), in_place ? in.data() : out.data(), count, HVD_INT32, HVD_SUM);
-      ASSERT_TRUE(algorithms.reduce_scatter(a).ok());
-      const int32_t* got = static_cast<const int32_t*>(a.recvbuf);
-      for (uint64_t i = 0; i < count; ++i) {
-        int32_t want = 0;
-        for (int r = 0; r < n; ++r) want += value(r, static_cast<uint64_t>(rank) * count + i);
-        ASSERT_EQ(got[i], want) << "element " << i << " rank " << rank;
-      }
-    });
+TEST_P(AlgorithmsTest, AllgatherOfEqualAndOfDifferentCountsIsExact) {
+  const int n = GetParam().ranks;
+  for (const uint64_t count : GetParam().counts) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    World world(n, 5);
+    for (bool varying : {false, true}) {
+      world.run([&, varying = varying](int rank, Transport& t) {
+        Algorithms<Transport> algorithms(t, small_tuning(count));
+        std::vector<uint64_t> counts(static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r)
+          counts[static_cast<size_t>(r)] =
+              varying ? (count + static_cast<uint64_t>(r) * 5) % 13 : count;
+        const uint64_t total = std::accumulate(counts.begin(), counts.end(), uint64_t{0});
+        const uint64_t mine_count = counts[static_cast<size_t>(rank)];
+        std::vector<int32_t> in(mine_count), out(total, 99);
+        for (uint64_t i = 0; i < mine_count; ++i) in[i] = value(rank, i);
+        hvd_collective_args a{};
+        a.struct_size = sizeof a;
+        a.sendbuf = in.data();
+        a.recvbuf = out.data();
+        a.count = mine_count;
+        a.recv_counts = varying ? counts.data() : nullptr;
+        a.dtype = HVD_INT32;
+        ASSERT_TRUE(algorithms.allgather(a).ok());
+        uint64_t at = 0;
+        for (int r = 0; r < n; ++r) {
+          for (uint64_t i = 0; i < counts[static_cast<size_t>(r)]; ++i) {
+            ASSERT_EQ(out[at++], value(r, i)) << "rank " << r << " element " << i;
+          }
+        }
+      });
+    }
   }
 }
 
-TEST_P(AlgorithmsTest, AllgatherOfEqualAndOfDifferentCountsIsExact) {
-  const auto [n, count] = GetParam();
-  World world(n, 5);
-  for (bool varying : {false, true}) {
-    world.run([&, varying = varying](int rank, Transport& t) {
+TEST_P(AlgorithmsTest, BroadcastFromEveryRootIsExact) {
+  const int n = GetParam().ranks;
+  for (const uint64_t count : GetParam().counts) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    World world(n, 5);
+    for (int root = 0; root < n; ++root) {
+      world.run([&](int rank, Transport& t) {
+        Algorithms<Transport> algorithms(t, small_tuning(count));
+        std::vector<int32_t> data(count, 99);
+        if (rank == root) {
+          for (uint64_t i = 0; i < count; ++i) data[i] = value(root, i);
+        }
+        hvd_collective_args a = args(data.data(), data.data(), count, HVD_INT32);
+        a.root = root;
+        ASSERT_TRUE(algorithms.broadcast(a).ok());
+        for (uint64_t i = 0; i < count; ++i) ASSERT_EQ(data[i], value(root, i)) << "root " << root;
+      });
+    }
+  }
+}
+
+TEST_P(AlgorithmsTest, AlltoallWithUnevenSplitsIsExact) {
+  const int n = GetParam().ranks;
+  for (const uint64_t count : GetParam().counts) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    World world(n, 64);
+    // Rank s sends rank d (count + s + 2d) % 9 elements: some pairs exchange nothing.
+    auto split = [&](int s, int d) { return (count + static_cast<uint64_t>(s + 2 * d)) % 9; };
+    world.run([&](int rank, Transport& t) {
       Algorithms<Transport> algorithms(t, small_tuning(count));
-      std::vector<uint64_t> counts(static_cast<size_t>(n));
-      for (int r = 0; r < n; ++r)
-        counts[static_cast<size_t>(r)] =
-            varying ? (count + static_cast<uint64_t>(r) * 5) % 13 : count;
-      const uint64_t total = std::accumulate(counts.begin(), counts.end(), uint64_t{0});
-      const uint64_t mine_count = counts[static_cast<size_t>(rank)];
-      std::vector<int32_t> in(mine_count), out(total, 99);
-      for (uint64_t i = 0; i < mine_count; ++i) in[i] = value(rank, i);
-      hvd_collective_args a{};
-      a.struct_size = sizeof a;
-      a.sendbuf = in.data();
-      a.recvbuf = out.data();
-      a.count = mine_count;
-      a.recv_counts = varying ? counts.data() : nullptr;
-      a.dtype = HVD_INT32;
-      ASSERT_TRUE(algorithms.allgather(a).ok());
+      std::vector<uint64_t> send_counts(static_cast<size_t>(n)),
+          recv_counts(static_cast<size_t>(n));
+      for (int p = 0; p < n; ++p) {
+        send_counts[static_cast<size_t>(p)] = split(rank, p);
+        recv_counts[static_cast<size_t>(p)] = split(p, rank);
+      }
+      std::vector<int32_t> in,
+          out(std::accumulate(recv_counts.begin(), recv_counts.end(), uint64_t{0}), 99);
+      for (int p = 0; p < n; ++p) {
+        for (uint64_t i = 0; i < split(rank, p); ++i)
+          in.push_back(value(rank, 100 * static_cast<uint64_t>(p) + i));
+      }
+      hvd_collective_args a = args(in.data(), out.data(), 0, HVD_INT32);
+      a.send_counts = send_counts.data();
+      a.recv_counts = recv_counts.data();
+      ASSERT_TRUE(algorithms.alltoall(a).ok());
       uint64_t at = 0;
-      for (int r = 0; r < n; ++r) {
-        for (uint64_t i = 0; i < counts[static_cast<size_t>(r)]; ++i) {
-          ASSERT_EQ(out[at++], value(r, i)) << "rank " << r << " element " << i;
+      for (int p = 0; p < n; ++p) {
+        for (uint64_t i = 0; i < split(p, rank); ++i) {
+          ASSERT_EQ(out[at++], value(p, 100 * static_cast<uint64_t>(rank) + i)) << "from " << p;
         }
       }
     });
   }
 }
 
-TEST_P(AlgorithmsTest, BroadcastFromEveryRootIsExact) {
-  const auto [n, count] = GetParam();
-  World world(n, 5);
-  for (int root = 0; root < n; ++root) {
-    world.run([&](int rank, Transport& t) {
-      Algorithms<Transport> algorithms(t, small_tuning(count));
-      std::vector<int32_t> data(count, 99);
-      if (rank == root) {
-        for (uint64_t i = 0; i < count; ++i) data[i] = value(root, i);
-      }
-      hvd_collective_args a = args(data.data(), data.data(), count, HVD_INT32);
-      a.root = root;
-      ASSERT_TRUE(algorithms.broadcast(a).ok());
-      for (uint64_t i = 0; i < count; ++i) ASSERT_EQ(data[i], value(root, i)) << "root " << root;
-    });
-  }
-}
-
-TEST_P(AlgorithmsTest, AlltoallWithUnevenSplitsIsExact) {
-  const auto [n, count] = GetParam();
-  World world(n, 64);
-  // Rank s sends rank d (count + s + 2d) % 9 elements: some pairs exchange nothing.
-  auto split = [&](int s, int d) { return (count + static_cast<uint64_t>(s + 2 * d)) % 9; };
-  world.run([&](int rank, Transport& t) {
-    Algorithms<Transport> algorithms(t, small_tuning(count));
-    std::vector<uint64_t> send_counts(static_cast<size_t>(n)), recv_counts(static_cast<size_t>(n));
-    for (int p = 0; p < n; ++p) {
-      send_counts[static_cast<size_t>(p)] = split(rank, p);
-      recv_counts[static_cast<size_t>(p)] = split(p, rank);
-    }
-    std::vector<int32_t> in,
-        out(std::accumulate(recv_counts.begin(), recv_counts.end(), uint64_t{0}), 99);
-    for (int p = 0; p < n; ++p) {
-      for (uint64_t i = 0; i < split(rank, p); ++i)
-        in.push_back(value(rank, 100 * static_cast<uint64_t>(p) + i));
-    }
-    hvd_collective_args a = args(in.data(), out.data(), 0, HVD_INT32);
-    a.send_counts = send_counts.data();
-    a.recv_counts = recv_counts.data();
-    ASSERT_TRUE(algorithms.alltoall(a).ok());
-    uint64_t at = 0;
-    for (int p = 0; p < n; ++p) {
-      for (uint64_t i = 0; i < split(p, rank); ++i) {
-        ASSERT_EQ(out[at++], value(p, 100 * static_cast<uint64_t>(rank) + i)) << "from " << p;
-      }
-    }
-  });
-}
-
 INSTANTIATE_TEST_SUITE_P(Ranks, AlgorithmsTest, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& param) {
-                           return "np" + std::to_string(param.param.ranks) + "_count" +
-                                  std::to_string(param.param.count);
+                           return "np" + std::to_string(param.param.ranks) +
+                                  (param.param.counts[0] > (1 << 16) ? "_large" : "");
                          });
 
 // No rank leaves the barrier before every rank has come to it, the last one late.
@@ -473,7 +493,10 @@ TEST(Algorithms, ARankThatNeverComesIsATimeoutNamingARank) {
         hvd_collective_args a = args(data.data(), data.data(), data.size(), HVD_INT32, HVD_SUM);
         const Status s = algorithms.allreduce(a);
         EXPECT_EQ(s.code(), HVD_ERR_TIMEOUT);
-        EXPECT_NE(s.message().find("waiting on rank "), std::string::npos) << s.message();
+        // Rank 0's ring receives from rank 2; rank 1 waits on rank 0, which waits on rank 2.
+        if (rank == 0) {
+          EXPECT_EQ(s.message(), "waiting on rank 2");
+        }
       },
       /*every_message_completes=*/false);
 }

@@ -17,8 +17,8 @@ class Counter final : public Watchdog::Watched {
   void check(Watchdog::Clock::time_point now) override {
     EXPECT_GE(now, last_.load());
     last_.store(now);
-    checks_.fetch_add(1);
     std::this_thread::sleep_for(slow_.load());
+    checks_.fetch_add(1);  // last: a check still running when unwatch() returned would count after
   }
   int checks() const { return checks_.load(); }
   std::atomic<std::chrono::milliseconds> slow_{0ms};
