@@ -753,12 +753,23 @@ class MpiBackend {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   }
 
+  // Over MPI the ring moves whole blocks, one message each: Open MPI's shared memory copies a large
+  // message once, straight into its receive, so segments only add messages (hvd-bench's allgather
+  // and allreduce against MPI's own measured it: docs/performance.md, "One host, 2 ranks"). One
+  // slot: one block of scratch, not four.
+  static hvd::algorithms::Tuning tuning() {
+    hvd::algorithms::Tuning t;
+    t.segment_bytes = size_t{1} << 30;
+    t.segments_in_flight = 1;
+    return t;
+  }
+
   // Makes the transport and hvd's algorithms over it, once comm_, rank_ and size_ are known.
   void start_transport() {
     transport_ =
         std::make_unique<hvd::mpi::Transport>(comm_, rank_, size_, kMaxCount, timeout_, aborted_);
-    hvd_ = std::make_unique<hvd::algorithms::Algorithms<hvd::mpi::Transport>>(
-        *transport_, hvd::algorithms::Tuning{});
+    hvd_ =
+        std::make_unique<hvd::algorithms::Algorithms<hvd::mpi::Transport>>(*transport_, tuning());
   }
 
   // One call of hvd's algorithms (`body`) on the transport: begun and ended there, so that a
