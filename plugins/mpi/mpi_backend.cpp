@@ -76,17 +76,9 @@ using hvd::Status;
 using hvd::sdk::Deadline;
 using Clock = Deadline::Clock;
 
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
-    return "MPI error " + std::to_string(code);
-  return std::string(text, static_cast<size_t>(length));
-}
-
 Status check(int code, const char* what) {
   if (code == MPI_SUCCESS) return Status::success();
-  return Status(HVD_ERR_REMOTE, std::string(what) + ": " + mpi_error_text(code));
+  return Status(HVD_ERR_REMOTE, std::string(what) + ": " + hvd::mpi::error_text(code));
 }
 
 const char* thread_level_name(int level) {
@@ -243,6 +235,7 @@ enum Tag : int {
   kTagAlltoall,
   kTagSplit
 };
+static_assert(kTagSplit < hvd::mpi::Transport::kLastPieceTag, "a last piece's tag is its own");
 
 // One collective under way: what it is called in messages, its tag, its element type and size,
 // when it started, and when it must have returned (the host's stamp, or the timeout from start).
@@ -309,7 +302,6 @@ class MpiBackend {
 
   ~MpiBackend() {
     // A call left running (abandoned) may still use the ops.
-    if (transport_ && transport_->abandoned()) abandoned_ = true;
     if (!abandoned_) half_ops_.free();
     // MPI_Comm_free is collective, and requests left on the communicator still use it.
     if (comm_ != MPI_COMM_NULL && !abandoned_) MPI_Comm_free(&comm_);
@@ -604,16 +596,9 @@ class MpiBackend {
                 Deadline::of(a, timeout_)};
   }
 
-  Status aborted(const Call& call) const {
-    return Status(HVD_ERR_STATE, std::string(call.name) + " aborted after " +
-                                     std::to_string(elapsed_ms(call.start)) + " ms");
-  }
-
+  Status aborted(const Call& call) const { return hvd::mpi::aborted(call.name, call.start); }
   Status timed_out(const Call& call, const std::string& waiting_on) const {
-    return Status(HVD_ERR_TIMEOUT, std::string(call.name) + " did not complete within " +
-                                       std::to_string(timeout_.count()) +
-                                       " ms (HVD_TIMEOUT); waiting on " + waiting_on +
-                                       ": stopped, dead, or in a different collective");
+    return hvd::mpi::timed_out(call.name, timeout_, waiting_on);
   }
 
   // One of MPI's nonblocking collectives, started by `start` and tested to completion within the
@@ -677,10 +662,10 @@ class MpiBackend {
     int error_class = code;
     MPI_Error_class(code, &error_class);
     if (error_class == MPI_ERR_TRUNCATE) {
-      return Status(HVD_ERR_MISMATCH, std::string(name) + ": " + mpi_error_text(code) +
+      return Status(HVD_ERR_MISMATCH, std::string(name) + ": " + hvd::mpi::error_text(code) +
                                           ": the ranks called " + name + " with different counts");
     }
-    return Status(HVD_ERR_REMOTE, std::string(name) + ": " + mpi_error_text(code));
+    return Status(HVD_ERR_REMOTE, std::string(name) + ": " + hvd::mpi::error_text(code));
   }
 
   // MPI_Ialltoallv, with counts and displacements that fit in MPI's int.
@@ -747,10 +732,6 @@ class MpiBackend {
   char* scratch(size_t bytes) {
     if (scratch_.size() < bytes) scratch_.resize(bytes);
     return scratch_.data();
-  }
-
-  static long long elapsed_ms(Clock::time_point start) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   }
 
   // Over MPI the ring moves whole blocks, one message each: Open MPI's shared memory copies a large

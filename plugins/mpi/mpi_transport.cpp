@@ -3,30 +3,29 @@
 #include <algorithm>
 
 namespace hvd::mpi {
-namespace {
 
 std::string error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) {
     return "MPI error " + std::to_string(code);
+  }
   return std::string(text, static_cast<size_t>(length));
 }
 
-}  // namespace
-
-Status Transport::timed_out(const std::string& waiting_on) const {
-  return Status(HVD_ERR_TIMEOUT, std::string(name_) + " did not complete within " +
-                                     std::to_string(timeout_.count()) +
+Status timed_out(const char* name, std::chrono::milliseconds timeout,
+                 const std::string& waiting_on) {
+  return Status(HVD_ERR_TIMEOUT, std::string(name) + " did not complete within " +
+                                     std::to_string(timeout.count()) +
                                      " ms (HVD_TIMEOUT); waiting on " + waiting_on +
                                      ": stopped, dead, or in a different collective");
 }
 
-Status Transport::aborted() const {
+Status aborted(const char* name, std::chrono::steady_clock::time_point start) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::steady_clock::now() - start_)
+                      std::chrono::steady_clock::now() - start)
                       .count();
-  return Status(HVD_ERR_STATE, std::string(name_) + " aborted after " + std::to_string(ms) + " ms");
+  return Status(HVD_ERR_STATE, std::string(name) + " aborted after " + std::to_string(ms) + " ms");
 }
 
 Status Transport::mismatch(int peer, const std::string& what) const {

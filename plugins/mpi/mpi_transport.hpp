@@ -32,6 +32,14 @@
 
 namespace hvd::mpi {
 
+// The words of the plugin's errors, alike whichever way a call moved its data.
+std::string error_text(int code);
+// A call named `name` that did not end within HVD_TIMEOUT (`timeout`), waiting on `waiting_on`.
+Status timed_out(const char* name, std::chrono::milliseconds timeout,
+                 const std::string& waiting_on);
+// A call named `name`, begun at `start`, ended by abort().
+Status aborted(const char* name, std::chrono::steady_clock::time_point start);
+
 class Transport {
  public:
   static constexpr int kLastPieceTag = 64;  // above every collective's tag; MPI_TAG_UB >= 32767
@@ -109,9 +117,10 @@ class Transport {
         },
         deadline_, aborted_);
     if (end == sdk::WaitEnd::kReady) return failure;
-    if (end == sdk::WaitEnd::kAborted) return aborted();
+    if (end == sdk::WaitEnd::kAborted) return aborted(name_, start_);
     const int peer = waiting_for();
-    return timed_out(peer < 0 ? "the other ranks" : "rank " + std::to_string(peer));
+    return timed_out(name_, timeout_,
+                     peer < 0 ? "the other ranks" : "rank " + std::to_string(peer));
   }
   Status wait(const Op* op) {
     return wait_until([op] { return op->done; }, [op] { return op->peer; });
@@ -120,10 +129,6 @@ class Transport {
     return wait_until([this] { return requests_.empty(); },
                       [this] { return requests_.empty() ? -1 : pieces_.front().op->peer; });
   }
-
-  // The errors of a call, in the words the plugin's other paths use too.
-  Status timed_out(const std::string& waiting_on) const;
-  Status aborted() const;
 
  private:
   // One MPI request: a whole message, or a piece of one.

@@ -469,8 +469,8 @@ TEST(Mpirun, BroadcastAgainstAllreduceTimesOutOnBothRanks) {
 }
 
 // Counts that differ (1 Mi and 1 Mi + 1 floats): the rank that receives a message of another
-// length than it expects reports the mismatch (in the ring, rank 0, whose second step takes rank 1's
-// last, short segment); the other, whose peer left the collective, times out (MPI has no way to
+// length than it expects reports the mismatch (in the ring, rank 0, whose second step takes rank
+// 1's last, short segment); the other, whose peer left the collective, times out (MPI has no way to
 // tell it sooner). Neither succeeds, neither waits past the timeout.
 TEST(Mpirun, CountsThatDifferAreAnErrorOnEveryRank) {
   REQUIRE_MPI();

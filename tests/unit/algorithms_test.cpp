@@ -19,6 +19,8 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/collectives.hpp"
+
 namespace {
 
 using hvd::Status;
@@ -211,12 +213,7 @@ using Transport = World::Transport;
 
 hvd_collective_args args(const void* send, void* recv, uint64_t count, hvd_dtype dtype,
                          hvd_reduce_op op = HVD_SUM) {
-  hvd_collective_args a{};
-  a.struct_size = sizeof a;
-  a.sendbuf = send;
-  a.recvbuf = recv;
-  a.count = count;
-  a.dtype = dtype;
+  hvd_collective_args a = hvd::core::host_args(send, recv, count, dtype);
   a.op = op;
   return a;
 }
