@@ -30,8 +30,9 @@ Status aborted(const char* name, std::chrono::steady_clock::time_point start) {
 
 Status Transport::mismatch(int peer, const std::string& what) const {
   return Status(HVD_ERR_MISMATCH, std::string(name_) + ": rank " + std::to_string(rank_) +
-                                      " received from rank " + std::to_string(peer) + " " + what +
-                                      ": the ranks called " + name_ + " with different counts");
+                                      " was sent a message by rank " + std::to_string(peer) +
+                                      " of " + what + ": the ranks called " + name_ +
+                                      " with different counts");
 }
 
 Result<Transport::Op*> Transport::post(bool is_send, int peer, void* buffer, size_t bytes) {
@@ -48,23 +49,58 @@ Result<Transport::Op*> Transport::post(bool is_send, int peer, void* buffer, siz
     const bool last = offset + static_cast<size_t>(n) >= bytes;
     const int tag = last ? tag_ + kLastPieceTag : tag_;
     MPI_Request request = MPI_REQUEST_NULL;
-    const int code = is_send ? MPI_Isend(at, n, MPI_BYTE, peer, tag, comm_, &request)
-                             : MPI_Irecv(at, n, MPI_BYTE, peer, tag, comm_, &request);
-    if (code != MPI_SUCCESS) {
-      return Status(HVD_ERR_REMOTE, std::string(name_) + ": " +
-                                        (is_send ? "MPI_Isend" : "MPI_Irecv") + ": " +
-                                        error_text(code));
+    if (is_send) {
+      const int code = MPI_Isend(at, n, MPI_BYTE, peer, tag, comm_, &request);
+      if (code != MPI_SUCCESS) {
+        return Status(HVD_ERR_REMOTE, std::string(name_) + ": MPI_Isend: " + error_text(code));
+      }
     }
     requests_.push_back(request);
-    pieces_.push_back(Piece{op, n});
+    pieces_.push_back(Piece{op, n, at, tag, is_send});
     ++op->pending;
     offset += static_cast<size_t>(n);
   } while (offset < bytes);
   return op;
 }
 
+Status Transport::match_receives() {
+  unmatched_.clear();
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    Piece& piece = pieces_[i];
+    if (piece.posted) continue;
+    const std::pair<int, int> source{piece.op->peer, piece.tag};
+    // A later piece from the same peer and tag may only take the message after this one's.
+    if (std::find(unmatched_.begin(), unmatched_.end(), source) != unmatched_.end()) continue;
+    int arrived = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    int code = MPI_Improbe(piece.op->peer, piece.tag, comm_, &arrived, &message, &status);
+    if (code != MPI_SUCCESS) {
+      return Status(HVD_ERR_REMOTE, std::string(name_) + ": MPI_Improbe: " + error_text(code));
+    }
+    if (!arrived) {
+      unmatched_.push_back(source);
+      continue;
+    }
+    int length = 0;
+    MPI_Get_count(&status, MPI_BYTE, &length);
+    if (length != piece.expected) {
+      // Left with MPI, unreceived: the call fails and the communicator takes no more.
+      return mismatch(piece.op->peer, std::to_string(length) + " bytes where it expected " +
+                                          std::to_string(piece.expected) + " (not received)");
+    }
+    code = MPI_Imrecv(piece.buffer, piece.expected, MPI_BYTE, &message, &requests_[i]);
+    if (code != MPI_SUCCESS) {
+      return Status(HVD_ERR_REMOTE, std::string(name_) + ": MPI_Imrecv: " + error_text(code));
+    }
+    piece.posted = true;
+  }
+  return Status::success();
+}
+
 Status Transport::progress() {
   if (requests_.empty()) return Status::success();
+  if (Status matched = match_receives(); !matched.ok()) return matched;
   indices_.resize(requests_.size());
   statuses_.resize(requests_.size());
   int completed = 0;
@@ -79,32 +115,19 @@ Status Transport::progress() {
     const Piece& piece = pieces_[static_cast<size_t>(indices_[static_cast<size_t>(k)])];
     const MPI_Status& status = statuses_[static_cast<size_t>(k)];
     Op* op = piece.op;
-    if (code == MPI_ERR_IN_STATUS && status.MPI_ERROR != MPI_SUCCESS) {
-      int error_class = status.MPI_ERROR;
-      MPI_Error_class(status.MPI_ERROR, &error_class);
-      if (failure.ok()) {
-        failure = error_class == MPI_ERR_TRUNCATE
-                      ? mismatch(op->peer, "more than the " + std::to_string(piece.expected) +
-                                               " bytes it expected")
-                      : Status(HVD_ERR_REMOTE, std::string(name_) + ": a message " +
-                                                   (op->is_send ? "to" : "from") + " rank " +
-                                                   std::to_string(op->peer) +
-                                                   " failed: " + error_text(status.MPI_ERROR));
-      }
-    } else if (!op->is_send) {
-      int received = 0;
-      MPI_Get_count(&status, MPI_BYTE, &received);
-      if (received != piece.expected && failure.ok()) {
-        failure = mismatch(op->peer, std::to_string(received) + " bytes where it expected " +
-                                         std::to_string(piece.expected));
-      }
+    if (code == MPI_ERR_IN_STATUS && status.MPI_ERROR != MPI_SUCCESS && failure.ok()) {
+      failure =
+          Status(HVD_ERR_REMOTE,
+                 std::string(name_) + ": a message " + (op->is_send ? "to" : "from") + " rank " +
+                     std::to_string(op->peer) + " failed: " + error_text(status.MPI_ERROR));
     }
     if (--op->pending == 0) op->done = true;
   }
-  // Completed requests are MPI_REQUEST_NULL now: keep the rest, in order.
+  // Completed requests are MPI_REQUEST_NULL now: keep the rest (and the receives not yet posted),
+  // in order.
   size_t kept = 0;
   for (size_t i = 0; i < requests_.size(); ++i) {
-    if (requests_[i] == MPI_REQUEST_NULL) continue;
+    if (requests_[i] == MPI_REQUEST_NULL && pieces_[i].posted) continue;
     requests_[kept] = requests_[i];
     pieces_[kept] = pieces_[i];
     ++kept;

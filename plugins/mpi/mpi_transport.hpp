@@ -4,8 +4,11 @@
 //
 // A call's messages all carry its collective's tag: MPI matches the messages of one pair and tag
 // in the order they were posted, which the algorithms keep on both sides, so `index` is not sent.
-// Ranks in different collectives then time out rather than take each other's messages, and a
-// message of another length than its receive is HVD_ERR_MISMATCH. A message above MPI's int count
+// Ranks in different collectives then time out rather than take each other's messages. A receive
+// learns its message's length before it takes the message (MPI_Improbe, then MPI_Imrecv), and one
+// of another length is HVD_ERR_MISMATCH, never received: Open MPI's shared-memory single-copy path
+// writes a longer message's whole length into the receive buffer, past its end, before it reports
+// MPI_ERR_TRUNCATE (seen under AddressSanitizer, Open MPI 4.1). A message above MPI's int count
 // goes as several pieces of at most `max_bytes`, in order, its last piece on a tag of its own
 // (tag + kLastPieceTag), so that a sender with more pieces than its receiver meets the receiver's
 // last piece with one of another length, a mismatch, rather than leaving pieces for a later call.
@@ -24,6 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms.hpp"
@@ -134,12 +138,18 @@ class Transport {
   // One MPI request: a whole message, or a piece of one.
   struct Piece {
     Op* op;
-    int expected;  // bytes a receive must bring
+    int expected;  // bytes it moves
+    void* buffer;  // where a receive lands
+    int tag;       // the call's tag, or the last piece's
+    bool posted;   // a receive is posted only once its message's length is known
   };
 
   Result<Op*> post(bool is_send, int peer, void* buffer, size_t bytes);
   // Tests the requests in flight once; an error for a failed or mismatched message.
   Status progress();
+  // Posts the receives whose messages have come and have their lengths; a mismatch for one that
+  // does not.
+  Status match_receives();
   // Cancels the receives not begun and lets go of every request in flight.
   void abandon();
   Status mismatch(int peer, const std::string& what) const;
@@ -155,10 +165,11 @@ class Transport {
   sdk::Deadline deadline_ = sdk::Deadline::none();
   std::chrono::steady_clock::time_point start_;
   std::deque<Op> ops_;                 // stable addresses until the next call
-  std::vector<MPI_Request> requests_;  // in flight, compacted as they complete
+  std::vector<MPI_Request> requests_;  // in flight (or a receive not yet posted), compacted
   std::vector<Piece> pieces_;          // pieces_[i] is what requests_[i] moves
-  std::vector<int> indices_;           // MPI_Testsome's
-  std::vector<MPI_Status> statuses_;   // MPI_Testsome's
+  std::vector<std::pair<int, int>> unmatched_;  // match_receives' (peer, tag) without a message
+  std::vector<int> indices_;                    // MPI_Testsome's
+  std::vector<MPI_Status> statuses_;            // MPI_Testsome's
   bool abandoned_ = false;
 };
 

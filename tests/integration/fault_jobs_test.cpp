@@ -468,10 +468,12 @@ TEST(Mpirun, BroadcastAgainstAllreduceTimesOutOnBothRanks) {
   }
 }
 
-// Counts that differ (1 Mi and 1 Mi + 1 floats): the rank that receives a message of another
-// length than it expects reports the mismatch (in the ring, rank 0, whose second step takes rank
-// 1's last, short segment); the other, whose peer left the collective, times out (MPI has no way to
-// tell it sooner). Neither succeeds, neither waits past the timeout.
+// Counts that differ (1 Mi and 1 Mi + 1 floats): the rank sent a message of another length than
+// it expects reports the mismatch, without receiving it (in the ring, rank 0, whose first step
+// is sent rank 1's block 0, one float longer: received, it would be written past the end of its
+// buffer); the other, whose peer left the collective, times out (MPI has no way to tell it
+// sooner). Neither succeeds, neither waits past the timeout. Under AddressSanitizer this also
+// proves no byte lands past the receive buffer.
 TEST(Mpirun, CountsThatDifferAreAnErrorOnEveryRank) {
   REQUIRE_MPI();
   Job r = run(mpi_job("--count-for-rank 1=1048577 --linger 3", "hvd"));
