@@ -22,8 +22,8 @@
 //   action ends the process without a word (2 of 26 runs of a survivor of a killed peer; a peer
 //   that closed first leaves the socket in CLOSE_WAIT, where the first failed write is EPIPE). A
 //   write's SIGPIPE goes to the writing thread: every call into Gloo blocks it on the calling
-//   thread and takes one raised meanwhile off before unblocking (SigpipeBlocked, three system
-//   calls: 0.5 us here, against 20 us for the smallest call), and Gloo's event-loop thread is
+//   thread and, after a call that failed, takes one raised meanwhile off before unblocking
+//   (SigpipeBlocked: two system calls, three after a failure), and Gloo's event-loop thread is
 //   started with it blocked. The process's disposition of SIGPIPE is left as the application set
 //   it.
 // - abort() (ABI 1.1) shuts down this communicator's sockets from any thread (shutdown(2) on
@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -63,7 +64,9 @@ using hvd::Status;
 
 // Blocks SIGPIPE on this thread for its lifetime, and takes off one that Gloo's writes raised
 // meanwhile before restoring the mask (the way libpq keeps SIGPIPE from its writes). A thread
-// that blocks SIGPIPE already is left alone, with whatever it has pending.
+// that blocks SIGPIPE already is left alone, with whatever it has pending. A write that meets
+// EPIPE fails the Gloo call it belongs to, so after a call that succeeded nothing can be pending
+// and the look (a third system call) is skipped: succeeded().
 class SigpipeBlocked {
  public:
   SigpipeBlocked() {
@@ -75,13 +78,15 @@ class SigpipeBlocked {
   ~SigpipeBlocked() {
     if (!owned_) return;
     sigset_t pending;
-    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+    if (!succeeded_ && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
       const timespec now{0, 0};
       while (sigtimedwait(&pipe_, nullptr, &now) == -1 && errno == EINTR) {
       }
     }
     pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
   }
+  // Every Gloo call under this mask succeeded: none of their writes met EPIPE.
+  void succeeded() { succeeded_ = true; }
   SigpipeBlocked(const SigpipeBlocked&) = delete;
   SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
 
@@ -89,6 +94,7 @@ class SigpipeBlocked {
   sigset_t pipe_;
   sigset_t previous_;
   bool owned_ = false;
+  bool succeeded_ = false;
 };
 
 // Run a Gloo call, turning its exceptions into statuses: I/O errors mean a peer or the network
@@ -363,7 +369,7 @@ class GlooBackend {
         s = agree_before_event_loop("allreduce", bytes, HVD_COLLECTIVE_ALLREDUCE, a,
                                     votes ? &*votes : nullptr);
         if (!s.ok()) return;
-        s = guarded("allreduce", [&] {
+        s = guarded("allreduce", bytes, [&] {
           hvd::gloo_algorithms::allreduce(meshes_, data, a.count, reduction,
                                           hvd::gloo_algorithms::order_sensitive(a.dtype, a.op),
                                           votes ? &*votes : nullptr);
@@ -388,7 +394,7 @@ class GlooBackend {
     }
     const size_t bytes = a.count * element * static_cast<size_t>(size_);
     HVD_RETURN_IF_ERROR(agree_before_event_loop("allgather", bytes, HVD_COLLECTIVE_ALLGATHER, a));
-    return guarded("allgather", [&] {
+    return guarded("allgather", bytes, [&] {
       with_element_type(element, [&](auto t) {
         using T = decltype(t);
         hvd::gloo_algorithms::allgather(meshes_, static_cast<const T*>(a.sendbuf),
@@ -408,7 +414,7 @@ class GlooBackend {
     if (!meshes_) return Status::success();
     HVD_RETURN_IF_ERROR(
         agree_before_event_loop("broadcast", a.count * element, HVD_COLLECTIVE_BROADCAST, a));
-    return guarded("broadcast", [&] {
+    return guarded("broadcast", a.count * element, [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::broadcast(meshes_, static_cast<decltype(t)*>(a.recvbuf), a.count,
                                         a.root);
@@ -419,7 +425,8 @@ class GlooBackend {
   Status barrier() {
     HVD_RETURN_IF_ERROR(usable("barrier"));
     if (!meshes_) return Status::success();
-    return guarded("barrier", [&] { hvd::gloo_algorithms::barrier(meshes_); });
+    // On the sync mesh, whatever its size: bytes 0.
+    return guarded("barrier", 0, [&] { hvd::gloo_algorithms::barrier(meshes_); });
   }
 
   Status reduce_scatter(const hvd_collective_args& a) {
@@ -437,7 +444,7 @@ class GlooBackend {
       using T = decltype(t);
       s = agree_before_event_loop("reduce_scatter", bytes, HVD_COLLECTIVE_REDUCE_SCATTER, a);
       if (!s.ok()) return;
-      s = guarded("reduce_scatter", [&] {
+      s = guarded("reduce_scatter", kEitherMesh, [&] {
         hvd::gloo_algorithms::reduce_scatter(meshes_, static_cast<const T*>(a.sendbuf),
                                              static_cast<T*>(a.recvbuf), a.count, reduction,
                                              &ring_scratch_);
@@ -472,7 +479,7 @@ class GlooBackend {
     size_t total = 0;  // elements moved by the whole exchange, the same on every rank
     HVD_RETURN_IF_ERROR(agree_on_alltoall(a, send_counts, recv_counts, &total));
     if (total == 0) return Status::success();
-    return guarded("alltoall", [&] {
+    return guarded("alltoall", kEitherMesh, [&] {
       with_element_type(element, [&](auto t) {
         using T = decltype(t);
         hvd::gloo_algorithms::alltoall(meshes_, static_cast<const T*>(a.sendbuf), send_counts,
@@ -494,10 +501,17 @@ class GlooBackend {
   // half way leaves peers waiting for messages this rank will never send (a peer of a dead rank
   // gives up, and the dead rank's other peers would wait on it for the whole timeout); closed
   // sockets tell them at once, naming this rank's address.
+  //
+  // `bytes`: the call's size, which routes it as gloo_algorithms does (Meshes::for_bytes), or
+  // kEitherMesh. On the sync mesh every write is the caller's, and one that fails throws from it
+  // (Gloo's sendSyncMode), so a call there that succeeded raised no SIGPIPE; on the event-loop
+  // mesh a write's failure may surface only in a later call (a notification nobody waits for).
+  static constexpr size_t kEitherMesh = SIZE_MAX;
   template <typename Fn>
-  Status guarded(const char* what, Fn&& fn) {
-    const SigpipeBlocked sigpipe;
+  Status guarded(const char* what, size_t bytes, Fn&& fn) {
+    SigpipeBlocked sigpipe;
     Status s = run_gloo(what, std::forward<Fn>(fn));
+    if (s.ok() && bytes <= hvd::gloo_algorithms::kSyncMeshMaxBytes) sigpipe.succeeded();
     if (!s.ok() && !failed_) {
       failed_ = true;
       sockets_.shut_down();  // the duplicates keep the sockets open past Gloo's close
@@ -542,7 +556,7 @@ class GlooBackend {
       }
     }
     std::vector<uint64_t> all(kRecord * static_cast<size_t>(size_));
-    HVD_RETURN_IF_ERROR(guarded(what, [&] {
+    HVD_RETURN_IF_ERROR(guarded(what, 0, [&] {  // on the sync mesh, whatever its size
       gloo::AllgatherRing<uint64_t>(meshes_.sync, {mine.data()}, all.data(),
                                     static_cast<int>(kRecord))
           .run();
@@ -585,7 +599,7 @@ class GlooBackend {
     std::copy(recv_counts.begin(), recv_counts.end(),
               mine.begin() + static_cast<ptrdiff_t>(kShapeWords + ranks));
     std::vector<uint64_t> all(words * ranks);
-    HVD_RETURN_IF_ERROR(guarded("alltoall", [&] {
+    HVD_RETURN_IF_ERROR(guarded("alltoall", kEitherMesh, [&] {
       gloo::AllgatherRing<uint64_t>(meshes_.sync, {mine.data()}, all.data(),
                                     static_cast<int>(words))
           .run();
@@ -638,7 +652,7 @@ class GlooBackend {
     if (!meshes_) return Status::success();
     HVD_RETURN_IF_ERROR(
         agree_before_event_loop("allgatherv", total * element, HVD_COLLECTIVE_ALLGATHER, a));
-    return guarded("allgatherv", [&] {
+    return guarded("allgatherv", kEitherMesh, [&] {
       with_element_type(element, [&](auto t) {
         hvd::gloo_algorithms::allgatherv(meshes_, static_cast<decltype(t)*>(a.recvbuf), counts);
       });
