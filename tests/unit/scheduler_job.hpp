@@ -107,6 +107,13 @@ inline Submission allgather(const std::string& name, const void* send, void* rec
   return s;
 }
 
+// Rank r's `rows` rows of `width` int64 elements: row i holds 1000 * r + i, every element of it.
+inline std::vector<int64_t> rows_of(int rank, int64_t rows, int64_t width) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < rows; ++i) v.insert(v.end(), static_cast<size_t>(width), 1000 * rank + i);
+  return v;
+}
+
 // Returns once `scheduler` has finished `n` tensors (settled them), failing the test after kWait.
 inline void until_settled(Scheduler& scheduler, uint64_t n) {
   const auto deadline = std::chrono::steady_clock::now() + kWait;
