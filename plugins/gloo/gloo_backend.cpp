@@ -22,8 +22,8 @@
 //   action ends the process without a word (2 of 26 runs of a survivor of a killed peer; a peer
 //   that closed first leaves the socket in CLOSE_WAIT, where the first failed write is EPIPE). A
 //   write's SIGPIPE goes to the writing thread: every call into Gloo blocks it on the calling
-//   thread and, after a call that failed, takes one raised meanwhile off before unblocking
-//   (SigpipeBlocked: two system calls, three after a failure), and Gloo's event-loop thread is
+//   thread and, unless the call succeeded on the sync mesh, takes one raised meanwhile off before
+//   unblocking (SigpipeBlocked: two system calls, or three), and Gloo's event-loop thread is
 //   started with it blocked. The process's disposition of SIGPIPE is left as the application set
 //   it.
 // - abort() (ABI 1.1) shuts down this communicator's sockets from any thread (shutdown(2) on
@@ -64,9 +64,9 @@ using hvd::Status;
 
 // Blocks SIGPIPE on this thread for its lifetime, and takes off one that Gloo's writes raised
 // meanwhile before restoring the mask (the way libpq keeps SIGPIPE from its writes). A thread
-// that blocks SIGPIPE already is left alone, with whatever it has pending. A write that meets
-// EPIPE fails the Gloo call it belongs to, so after a call that succeeded nothing can be pending
-// and the look (a third system call) is skipped: succeeded().
+// that blocks SIGPIPE already is left alone, with whatever it has pending. Where a write that
+// meets EPIPE fails the Gloo call it belongs to (the sync mesh: guarded()), nothing can be pending
+// after a call that succeeded, and succeeded() skips the look (a third system call).
 class SigpipeBlocked {
  public:
   SigpipeBlocked() {

@@ -1,6 +1,6 @@
 // mpi_transport.hpp — the point-to-point transport hvd's algorithms (plugins/common/algorithms.hpp)
-// run on in HVD_MPI_ALGORITHMS=hvd: MPI_Isend and MPI_Irecv on the plugin's communicator, tested
-// (MPI_Testsome) against the call's deadline and the abort flag.
+// run on in HVD_MPI_ALGORITHMS=hvd: MPI_Isend, and MPI_Improbe then MPI_Imrecv, on the plugin's
+// communicator, tested (MPI_Testsome) against the call's deadline and the abort flag.
 //
 // A call's messages all carry its collective's tag: MPI matches the messages of one pair and tag
 // in the order they were posted, which the algorithms keep on both sides, so `index` is not sent.
@@ -13,9 +13,11 @@
 // (tag + kLastPieceTag), so that a sender with more pieces than its receiver meets the receiver's
 // last piece with one of another length, a mismatch, rather than leaving pieces for a later call.
 //
-// A call that fails (timeout, abort, mismatch) abandons what it posted: receives that have not
-// begun are cancelled; sends and receives under way cannot be, and stay with MPI. The transport is
-// then done with: `abandoned()` holds, and every later call on the communicator is refused.
+// A call that fails (timeout, abort, mismatch) abandons what it started: a receive whose message
+// has not come was never posted, and is dropped; sends and receives under way cannot be
+// cancelled, and stay with MPI (a message of another length stays unreceived, so its sender
+// waits until its own deadline). The transport is then done with: `abandoned()` holds, and every
+// later call on the communicator is refused.
 #ifndef HVD_MPI_TRANSPORT_HPP
 #define HVD_MPI_TRANSPORT_HPP
 
