@@ -28,6 +28,10 @@ Status aborted(const char* name, std::chrono::steady_clock::time_point start) {
   return Status(HVD_ERR_STATE, std::string(name) + " aborted after " + std::to_string(ms) + " ms");
 }
 
+Status Transport::failed(const char* mpi_call, int code) const {
+  return Status(HVD_ERR_REMOTE, std::string(name_) + ": " + mpi_call + ": " + error_text(code));
+}
+
 Status Transport::mismatch(int peer, const std::string& what) const {
   return Status(HVD_ERR_MISMATCH, std::string(name_) + ": rank " + std::to_string(rank_) +
                                       " was sent a message by rank " + std::to_string(peer) +
@@ -40,7 +44,6 @@ Result<Transport::Op*> Transport::post(bool is_send, int peer, void* buffer, siz
   Op* op = &ops_.back();
   op->is_send = is_send;
   op->peer = peer;
-  op->bytes = bytes;
   // A message of 0 bytes is still one message: its receive proves the peer is in this call.
   size_t offset = 0;
   do {
@@ -51,9 +54,7 @@ Result<Transport::Op*> Transport::post(bool is_send, int peer, void* buffer, siz
     MPI_Request request = MPI_REQUEST_NULL;
     if (is_send) {
       const int code = MPI_Isend(at, n, MPI_BYTE, peer, tag, comm_, &request);
-      if (code != MPI_SUCCESS) {
-        return Status(HVD_ERR_REMOTE, std::string(name_) + ": MPI_Isend: " + error_text(code));
-      }
+      if (code != MPI_SUCCESS) return failed("MPI_Isend", code);
     }
     requests_.push_back(request);
     pieces_.push_back(Piece{op, n, at, tag, is_send});
@@ -75,9 +76,7 @@ Status Transport::match_receives() {
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
     int code = MPI_Improbe(piece.op->peer, piece.tag, comm_, &arrived, &message, &status);
-    if (code != MPI_SUCCESS) {
-      return Status(HVD_ERR_REMOTE, std::string(name_) + ": MPI_Improbe: " + error_text(code));
-    }
+    if (code != MPI_SUCCESS) return failed("MPI_Improbe", code);
     if (!arrived) {
       unmatched_.push_back(source);
       continue;
@@ -90,9 +89,7 @@ Status Transport::match_receives() {
                                           std::to_string(piece.expected) + " (not received)");
     }
     code = MPI_Imrecv(piece.buffer, piece.expected, MPI_BYTE, &message, &requests_[i]);
-    if (code != MPI_SUCCESS) {
-      return Status(HVD_ERR_REMOTE, std::string(name_) + ": MPI_Imrecv: " + error_text(code));
-    }
+    if (code != MPI_SUCCESS) return failed("MPI_Imrecv", code);
     piece.posted = true;
   }
   return Status::success();
@@ -106,9 +103,7 @@ Status Transport::progress() {
   int completed = 0;
   const int code = MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &completed,
                                 indices_.data(), statuses_.data());
-  if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
-    return Status(HVD_ERR_REMOTE, std::string(name_) + ": MPI_Testsome: " + error_text(code));
-  }
+  if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) return failed("MPI_Testsome", code);
   if (completed == MPI_UNDEFINED || completed == 0) return Status::success();
   Status failure;
   for (int k = 0; k < completed; ++k) {
@@ -138,11 +133,10 @@ Status Transport::progress() {
 }
 
 void Transport::abandon() {
-  for (size_t i = 0; i < requests_.size(); ++i) {
-    MPI_Request& request = requests_[i];
-    if (request == MPI_REQUEST_NULL) continue;
-    if (!pieces_[i].op->is_send) MPI_Cancel(&request);
-    MPI_Request_free(&request);
+  // Every posted receive has its message matched already (match_receives), and a send or receive
+  // under way cannot be cancelled: MPI keeps them.
+  for (MPI_Request& request : requests_) {
+    if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
   }
   requests_.clear();
   pieces_.clear();

@@ -54,7 +54,6 @@ class Transport {
     bool done = false;
     bool is_send = false;
     int peer = -1;
-    size_t bytes = 0;
     int pending = 0;  // its requests not yet complete
   };
 
@@ -152,9 +151,11 @@ class Transport {
   // Posts the receives whose messages have come and have their lengths; a mismatch for one that
   // does not.
   Status match_receives();
-  // Cancels the receives not begun and lets go of every request in flight.
+  // Lets go of every request in flight.
   void abandon();
   Status mismatch(int peer, const std::string& what) const;
+  // `mpi_call` ("MPI_Isend") returned `code`.
+  Status failed(const char* mpi_call, int code) const;
 
   MPI_Comm comm_;
   int rank_, size_;
